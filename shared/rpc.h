@@ -1,0 +1,194 @@
+/* A small RPC layer over the gRPC core C API and protobuf-c.
+ *
+ * Server: a table of methods (unary or server-streaming) with a handler each. Every accepted
+ * call runs its handler on a thread of its own, so a handler is plain blocking code: it gets
+ * the decoded request and returns a response or an error. A streaming handler sends with
+ * rpc_call_send(), which blocks until the transport has taken the message: gRPC flow control
+ * then holds back a producer that outruns its reader, and no queue grows without bound.
+ * Cancellation by the client and expiry of the deadline are seen at once (a
+ * RECV_CLOSE_ON_SERVER op is kept pending from the start of every call) and reported through
+ * rpc_call_cancelled(), rpc_call_cancel_fd() and failing sends.
+ *
+ * Client: channels, unary calls and server-streaming reads with deadlines and cancellation.
+ * A call started with a `parent` server call is cancelled when the parent is, and inherits
+ * its deadline (gRPC core's propagation): that is the relay used by the frontend.
+ *
+ * Limits: every message is capped at RPC_MAX_MESSAGE_BYTES in both directions, on servers and
+ * channels alike; a larger one fails the call with RESOURCE_EXHAUSTED and nothing else. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "error.h"
+#include "log.h"
+
+/* The API moves up to 16 MiB of data per call; the rest of a message (path, ids, framing of
+ * the fields) needs far less than the 64 KiB on top. */
+#define RPC_DATA_MAX_BYTES    (16 * 1024 * 1024)
+#define RPC_MAX_MESSAGE_BYTES (RPC_DATA_MAX_BYTES + 64 * 1024)
+
+/* Defaults for rpc_server_options. */
+#define RPC_DEFAULT_MAX_CALLS 256
+#define RPC_DEFAULT_GRACE_MS  10000
+
+/* Request ids: taken from the caller's x-request-id metadata when it is sane, made up
+ * otherwise, passed on to calls made with a parent, and logged with every line. */
+#define RPC_REQUEST_ID_HEADER "x-request-id"
+#define RPC_REQUEST_ID_MAX    64
+
+typedef struct rpc_server rpc_server;
+typedef struct rpc_call rpc_call;
+
+/* --- server ---------------------------------------------------------------------------- */
+
+/* A unary handler fills `resp` (already initialised for the method's response type) and
+ * returns 0, or returns -1 with *err set. Anything `resp` points to must outlive the handler:
+ * use rpc_call_alloc()/rpc_call_strdup(), point into the request, or use static storage.
+ * The layer frees the request and everything allocated on the call once the call ends. */
+typedef int (*rpc_unary_fn)(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                            void *userdata, cs_error **err);
+
+/* A streaming handler sends any number of messages with rpc_call_send() and returns 0 (the
+ * call ends with OK) or -1 with *err set (the call ends with that status). */
+typedef int (*rpc_stream_fn)(rpc_call *call, const ProtobufCMessage *req, void *userdata,
+                             cs_error **err);
+
+typedef struct rpc_method {
+        const char *path; /* "/package.Service/Method" */
+        const ProtobufCMessageDescriptor *request;
+        const ProtobufCMessageDescriptor *response;
+        rpc_unary_fn unary; /* exactly one of unary and stream is set */
+        rpc_stream_fn stream;
+        void *userdata;
+} rpc_method;
+
+typedef struct rpc_server_options {
+        const char *listen; /* "host:port"; port 0 picks a free one (see rpc_server_port) */
+        unsigned max_calls; /* calls running at once; more get RESOURCE_EXHAUSTED. 0: default */
+        int64_t grace_ms;   /* how long shutdown lets calls finish before cancelling them */
+        size_t max_message; /* 0: RPC_MAX_MESSAGE_BYTES */
+} rpc_server_options;
+
+/* Creates a server. Methods are added with rpc_server_add_method() before rpc_server_start().
+ * The caller owns the server and frees it with rpc_server_free(). */
+rpc_server *rpc_server_new(const rpc_server_options *opts);
+
+/* Registers a method. The method struct must outlive the server (use static tables). */
+int rpc_server_add_method(rpc_server *srv, const rpc_method *method, cs_error **err);
+
+/* Binds the listen address and starts serving. */
+int rpc_server_start(rpc_server *srv, cs_error **err);
+
+/* The bound port (useful with port 0), valid after rpc_server_start(). */
+int rpc_server_port(const rpc_server *srv);
+
+/* True once rpc_server_shutdown() has begun (health checks report NOT_SERVING). */
+bool rpc_server_shutting_down(rpc_server *srv);
+
+/* Graceful shutdown: stops accepting calls, lets those in flight finish for grace_ms, then
+ * cancels the rest and waits for their handlers to return. Idempotent. */
+void rpc_server_shutdown(rpc_server *srv);
+
+/* Shuts down (if not done yet) and frees. NULL is accepted. */
+void rpc_server_free(rpc_server *srv);
+
+/* Number of calls whose handler is running (for tests and metrics). */
+unsigned rpc_server_active_calls(rpc_server *srv);
+
+/* --- the call a handler is serving -------------------------------------------------------- */
+
+const char *rpc_call_method(const rpc_call *call);
+const char *rpc_call_peer(const rpc_call *call);
+const char *rpc_call_request_id(const rpc_call *call);
+
+/* The deadline as milliseconds on the monotonic clock (cs_now_monotonic_ms), INT64_MAX when
+ * the client set none. */
+int64_t rpc_call_deadline_ms(const rpc_call *call);
+
+/* The first value of a request metadata key (lower case), or NULL. Binary ("-bin") values
+ * are returned with their length in ret_len, which may be NULL for text values. */
+const char *rpc_call_metadata(const rpc_call *call, const char *key, size_t *ret_len);
+
+/* Adds the sandbox id to every later log line of this call. The string is copied. */
+void rpc_call_set_sandbox_id(rpc_call *call, const char *sandbox_id);
+
+/* True once the client cancelled, the connection dropped, the deadline passed or the server
+ * cancelled the call during shutdown. */
+bool rpc_call_cancelled(rpc_call *call);
+
+/* An eventfd that becomes readable when rpc_call_cancelled() becomes true, for handlers
+ * that wait in poll(2) on other fds. Owned by the call: do not close or read it. */
+int rpc_call_cancel_fd(const rpc_call *call);
+
+/* Why the call was cancelled, as the status the handler should end with
+ * (DEADLINE_EXCEEDED or CANCELLED). Only meaningful when rpc_call_cancelled(). */
+grpc_status_code rpc_call_cancel_status(rpc_call *call);
+
+/* Streaming handlers: sends one message and blocks until the transport has taken it.
+ * Returns -1 with CANCELLED or DEADLINE_EXCEEDED when the call ended first, with
+ * RESOURCE_EXHAUSTED when the message is over the size cap. The caller keeps `msg`. */
+int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg, cs_error **err);
+
+/* Zeroed memory and string copies that live until the call ends. Never NULL. */
+void *rpc_call_alloc(rpc_call *call, size_t size);
+char *rpc_call_strdup(rpc_call *call, const char *s);
+
+/* Logs with the call's request id and sandbox id. */
+void rpc_call_log(rpc_call *call, cs_log_level level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+/* --- client ------------------------------------------------------------------------------ */
+
+typedef struct rpc_channel rpc_channel;
+typedef struct rpc_stream rpc_stream;
+
+typedef struct rpc_call_options {
+        int64_t timeout_ms;     /* <= 0: none (or the parent's deadline) */
+        rpc_call *parent;       /* cancel with, and inherit the deadline of, this server call */
+        const char *request_id; /* sent as x-request-id; NULL: the parent's, if any */
+} rpc_call_options;
+
+/* Opens a channel to target ("host:port"). Connection happens lazily, on the first call.
+ * Owned by the caller: rpc_channel_free(). */
+rpc_channel *rpc_channel_new(const char *target);
+void rpc_channel_free(rpc_channel *ch);
+const char *rpc_channel_target(const rpc_channel *ch);
+
+/* A unary call. On success *ret_resp is a message of type resp_desc that the caller frees
+ * with protobuf_c_message_free_unpacked(*ret_resp, NULL). On failure, -1 and *err carries the
+ * server's status and message (or the transport's). opts may be NULL. */
+int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
+              ProtobufCMessage **ret_resp, cs_error **err);
+
+/* Starts a server-streaming call. The caller owns *ret and frees it with rpc_stream_free(). */
+int rpc_stream_open(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
+                    rpc_stream **ret, cs_error **err);
+
+/* Reads the next message: returns 1 with *ret_msg (caller frees it with
+ * protobuf_c_message_free_unpacked), 0 at the end of a stream that ended with OK, or -1 with
+ * the status the stream ended with. */
+int rpc_stream_read(rpc_stream *st, ProtobufCMessage **ret_msg, cs_error **err);
+
+/* Cancels the call; a read in progress returns -1 with CANCELLED. Safe from any thread. */
+void rpc_stream_cancel(rpc_stream *st);
+
+/* Cancels the call if it has not ended, waits for the transport to let go, frees. */
+void rpc_stream_free(rpc_stream *st);
+
+/* Relays every message of `out` (a call opened with `in` as parent) to `in` until it ends.
+ * `each`, when set, may edit a message before it is sent. Returns 0 when `out` ended with
+ * OK, -1 with its status otherwise, or with the reason `in` could not take a message. */
+typedef void (*rpc_relay_fn)(ProtobufCMessage *msg, void *userdata);
+int rpc_stream_relay(rpc_call *in, rpc_stream *out, rpc_relay_fn each, void *userdata,
+                     cs_error **err);
+
+/* Process-wide set-up and tear-down of gRPC core: call once in main (and in tests). */
+void rpc_global_init(void);
+void rpc_global_shutdown(void);

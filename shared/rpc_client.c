@@ -1,0 +1,312 @@
+/* The client half of the RPC layer: blocking unary calls and server-streaming reads.
+ *
+ * Each call has a completion queue of its own, drained only by the thread that uses the call,
+ * so no poller thread is needed. Cancellation from another thread goes through
+ * grpc_call_cancel(), which gRPC makes safe to call at any time. */
+#include <stdio.h>
+#include <string.h>
+
+#include <grpc/grpc_security.h>
+#include <grpc/impl/codegen/propagation_bits.h>
+#include <grpc/support/time.h>
+
+#include "rpc_internal.h"
+#include "util.h"
+
+struct rpc_channel {
+        grpc_channel *channel;
+        char *target;
+};
+
+rpc_channel *rpc_channel_new(const char *target)
+{
+        rpc_channel *ch = cs_xcalloc(1, sizeof(*ch));
+        grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+        grpc_arg args[RPC_N_SIZE_ARGS];
+        grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
+
+        rpc_size_args(args, RPC_MAX_MESSAGE_BYTES);
+        ch->target = cs_xstrdup(target);
+        ch->channel = grpc_channel_create(target, creds, &cargs);
+        grpc_channel_credentials_release(creds);
+        return ch;
+}
+
+void rpc_channel_free(rpc_channel *ch)
+{
+        if (!ch)
+                return;
+        grpc_channel_destroy(ch->channel);
+        free(ch->target);
+        free(ch);
+}
+
+const char *rpc_channel_target(const rpc_channel *ch)
+{
+        return ch->target;
+}
+
+/* State common to unary and streaming calls. */
+typedef struct client_call {
+        grpc_call *call;
+        grpc_completion_queue *cq;
+        grpc_metadata md[1];
+        char request_id[RPC_REQUEST_ID_MAX + 1];
+        grpc_byte_buffer *request;
+        grpc_metadata_array initial_md;
+        grpc_metadata_array trailing_md;
+        grpc_status_code status;
+        grpc_slice details;
+} client_call;
+
+static int client_call_init(client_call *cc, rpc_channel *ch, const char *method,
+                            const ProtobufCMessage *req, const rpc_call_options *opts,
+                            cs_error **err)
+{
+        rpc_call *parent = opts ? opts->parent : NULL;
+        const char *rid = opts ? opts->request_id : NULL;
+        gpr_timespec deadline = rpc_deadline_from_timeout(opts ? opts->timeout_ms : 0);
+
+        memset(cc, 0, sizeof(*cc));
+        grpc_metadata_array_init(&cc->initial_md);
+        grpc_metadata_array_init(&cc->trailing_md);
+        cc->details = grpc_empty_slice();
+        if (rpc_message_pack(req, RPC_MAX_MESSAGE_BYTES, &cc->request, err) < 0)
+                return -1;
+
+        if (!rid && parent)
+                rid = rpc_call_request_id(parent);
+        if (rid && rpc_request_id_valid(rid, strlen(rid))) {
+                snprintf(cc->request_id, sizeof(cc->request_id), "%s", rid);
+                cc->md[0].key = grpc_slice_from_static_string(RPC_REQUEST_ID_HEADER);
+                cc->md[0].value =
+                        grpc_slice_from_static_buffer(cc->request_id, strlen(cc->request_id));
+        }
+
+        cc->cq = grpc_completion_queue_create_for_next(NULL);
+        cc->call = grpc_channel_create_call(
+                ch->channel, parent ? rpc_call_grpc(parent) : NULL, GRPC_PROPAGATE_DEFAULTS, cc->cq,
+                grpc_slice_from_static_string(method), NULL, deadline, NULL);
+        if (!cc->call)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot create the call",
+                                    method);
+        return 0;
+}
+
+/* Fills ops[0..3] with the ops that open a call and send its one request. */
+static size_t client_call_send_ops(client_call *cc, grpc_op *ops)
+{
+        ops[0] = (grpc_op){ .op = GRPC_OP_SEND_INITIAL_METADATA };
+        ops[0].data.send_initial_metadata.count = cc->request_id[0] ? 1 : 0;
+        ops[0].data.send_initial_metadata.metadata = cc->md;
+        ops[1] = (grpc_op){ .op = GRPC_OP_SEND_MESSAGE };
+        ops[1].data.send_message.send_message = cc->request;
+        ops[2] = (grpc_op){ .op = GRPC_OP_SEND_CLOSE_FROM_CLIENT };
+        ops[3] = (grpc_op){ .op = GRPC_OP_RECV_INITIAL_METADATA };
+        ops[3].data.recv_initial_metadata.recv_initial_metadata = &cc->initial_md;
+        return 4;
+}
+
+static void client_call_status_op(client_call *cc, grpc_op *op)
+{
+        *op = (grpc_op){ .op = GRPC_OP_RECV_STATUS_ON_CLIENT };
+        op->data.recv_status_on_client.trailing_metadata = &cc->trailing_md;
+        op->data.recv_status_on_client.status = &cc->status;
+        op->data.recv_status_on_client.status_details = &cc->details;
+}
+
+/* Turns the call's final status into an error. Returns 0 for OK. */
+static int client_call_status(const client_call *cc, const char *method, cs_error **err)
+{
+        size_t len = GRPC_SLICE_LENGTH(cc->details);
+
+        if (cc->status == GRPC_STATUS_OK)
+                return 0;
+        if (len == 0)
+                return cs_error_set(err, cc->status, "%s: %s", method, cs_status_name(cc->status));
+        return cs_error_set(err, cc->status, "%.*s", (int)len,
+                            (const char *)GRPC_SLICE_START_PTR(cc->details));
+}
+
+static void client_call_destroy(client_call *cc)
+{
+        if (cc->call)
+                grpc_call_unref(cc->call);
+        if (cc->cq) {
+                grpc_completion_queue_shutdown(cc->cq);
+                while (grpc_completion_queue_next(cc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+                               .type != GRPC_QUEUE_SHUTDOWN)
+                        ;
+                grpc_completion_queue_destroy(cc->cq);
+        }
+        if (cc->request)
+                grpc_byte_buffer_destroy(cc->request);
+        grpc_metadata_array_destroy(&cc->initial_md);
+        grpc_metadata_array_destroy(&cc->trailing_md);
+        grpc_slice_unref(cc->details);
+}
+
+int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
+              ProtobufCMessage **ret_resp, cs_error **err)
+{
+        client_call cc;
+        grpc_byte_buffer *resp = NULL;
+        grpc_op ops[6];
+        size_t n;
+        int r = -1;
+
+        if (client_call_init(&cc, ch, method, req, opts, err) < 0)
+                goto out;
+        n = client_call_send_ops(&cc, ops);
+        ops[n] = (grpc_op){ .op = GRPC_OP_RECV_MESSAGE };
+        ops[n++].data.recv_message.recv_message = &resp;
+        client_call_status_op(&cc, &ops[n++]);
+        if (grpc_call_start_batch(cc.call, ops, n, &cc, NULL) != GRPC_CALL_OK) {
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot start the call", method);
+                goto out;
+        }
+        /* One batch, one event: it carries the status, whatever happened. */
+        grpc_completion_queue_next(cc.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (client_call_status(&cc, method, err) < 0)
+                goto out;
+        if (!resp) {
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: the server sent no response", method);
+                goto out;
+        }
+        r = rpc_message_unpack(resp_desc, resp, "response", GRPC_STATUS_INTERNAL, ret_resp, err);
+out:
+        if (resp)
+                grpc_byte_buffer_destroy(resp);
+        client_call_destroy(&cc);
+        return r;
+}
+
+/* --- streams --------------------------------------------------------------------------- */
+
+enum {
+        TAG_START,
+        TAG_STATUS,
+        TAG_RECV,
+        N_TAGS
+};
+
+struct rpc_stream {
+        client_call cc;
+        const ProtobufCMessageDescriptor *resp_desc;
+        char *method;
+        bool pending[N_TAGS]; /* batches started and not yet completed */
+        bool ended;           /* the status has been read */
+        grpc_byte_buffer *recv;
+};
+
+/* Drains the stream's queue until the batch `tag` has completed. */
+static void stream_wait(rpc_stream *st, int tag)
+{
+        while (st->pending[tag]) {
+                grpc_event ev = grpc_completion_queue_next(
+                        st->cc.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+                if (ev.type == GRPC_OP_COMPLETE)
+                        st->pending[(bool *)ev.tag - st->pending] = false;
+        }
+}
+
+static int stream_start(rpc_stream *st, int tag, const grpc_op *ops, size_t n)
+{
+        if (grpc_call_start_batch(st->cc.call, ops, n, &st->pending[tag], NULL) != GRPC_CALL_OK)
+                return -1;
+        st->pending[tag] = true;
+        return 0;
+}
+
+int rpc_stream_open(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
+                    rpc_stream **ret, cs_error **err)
+{
+        rpc_stream *st = cs_xcalloc(1, sizeof(*st));
+        grpc_op ops[4], status_op;
+        size_t n;
+
+        st->resp_desc = resp_desc;
+        st->method = cs_xstrdup(method);
+        if (client_call_init(&st->cc, ch, method, req, opts, err) < 0)
+                goto fail;
+        n = client_call_send_ops(&st->cc, ops);
+        client_call_status_op(&st->cc, &status_op);
+        if (stream_start(st, TAG_START, ops, n) < 0 ||
+            stream_start(st, TAG_STATUS, &status_op, 1) < 0) {
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot start the call", method);
+                goto fail;
+        }
+        *ret = st;
+        return 0;
+fail:
+        rpc_stream_free(st);
+        return -1;
+}
+
+int rpc_stream_read(rpc_stream *st, ProtobufCMessage **ret_msg, cs_error **err)
+{
+        grpc_op op = { .op = GRPC_OP_RECV_MESSAGE };
+        int r;
+
+        if (!st->ended) {
+                op.data.recv_message.recv_message = &st->recv;
+                if (stream_start(st, TAG_RECV, &op, 1) == 0)
+                        stream_wait(st, TAG_RECV);
+                if (st->recv) {
+                        r = rpc_message_unpack(st->resp_desc, st->recv, "response",
+                                               GRPC_STATUS_INTERNAL, ret_msg, err);
+                        grpc_byte_buffer_destroy(st->recv);
+                        st->recv = NULL;
+                        if (r < 0)
+                                rpc_stream_cancel(st);
+                        return r < 0 ? -1 : 1;
+                }
+                /* No message: the server has closed the stream. */
+                stream_wait(st, TAG_STATUS);
+                stream_wait(st, TAG_START);
+                st->ended = true;
+        }
+        return client_call_status(&st->cc, st->method, err);
+}
+
+void rpc_stream_cancel(rpc_stream *st)
+{
+        grpc_call_cancel(st->cc.call, NULL);
+}
+
+void rpc_stream_free(rpc_stream *st)
+{
+        if (!st)
+                return;
+        if (st->cc.call && !st->ended)
+                grpc_call_cancel(st->cc.call, NULL);
+        for (int tag = 0; tag < N_TAGS; tag++)
+                stream_wait(st, tag);
+        if (st->recv)
+                grpc_byte_buffer_destroy(st->recv);
+        client_call_destroy(&st->cc);
+        free(st->method);
+        free(st);
+}
+
+int rpc_stream_relay(rpc_call *in, rpc_stream *out, rpc_relay_fn each, void *userdata,
+                     cs_error **err)
+{
+        for (;;) {
+                ProtobufCMessage *msg = NULL;
+                int r = rpc_stream_read(out, &msg, err);
+
+                if (r <= 0)
+                        return r;
+                if (each)
+                        each(msg, userdata);
+                r = rpc_call_send(in, msg, err);
+                protobuf_c_message_free_unpacked(msg, NULL);
+                if (r < 0) {
+                        rpc_stream_cancel(out);
+                        return -1;
+                }
+        }
+}

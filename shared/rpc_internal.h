@@ -1,0 +1,41 @@
+/* Pieces shared by rpc_server.c and rpc_client.c; not part of the layer's API. */
+#pragma once
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+
+#include "rpc.h"
+
+/* A completion-queue tag: the poller calls fn(owner, ok) when the batch completes. */
+typedef struct rpc_tag {
+        void (*fn)(void *owner, bool ok);
+        void *owner;
+} rpc_tag;
+
+/* Encodes msg into a new byte buffer (one allocation, no extra copy). RESOURCE_EXHAUSTED
+ * when the encoding is larger than max. The caller destroys *ret. */
+int rpc_message_pack(const ProtobufCMessage *msg, size_t max, grpc_byte_buffer **ret,
+                     cs_error **err);
+
+/* Decodes a byte buffer into a new message of type desc (free with
+ * protobuf_c_message_free_unpacked). INVALID_ARGUMENT (what = "request") or INTERNAL
+ * (what = "response") when the bytes do not decode. */
+int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
+                       const char *what, grpc_status_code bad_code, ProtobufCMessage **ret,
+                       cs_error **err);
+
+/* Channel/server arguments shared by both sides: message size caps. */
+#define RPC_N_SIZE_ARGS 2
+void rpc_size_args(grpc_arg args[RPC_N_SIZE_ARGS], int max_message);
+
+/* Milliseconds from now until a gpr deadline (any clock); INT64_MAX for an infinite one. */
+int64_t rpc_deadline_remaining_ms(gpr_timespec deadline);
+
+/* A gpr deadline timeout_ms from now on the monotonic clock; infinite when timeout_ms <= 0. */
+gpr_timespec rpc_deadline_from_timeout(int64_t timeout_ms);
+
+/* True if s may be used as a request id (printable ASCII, 1..RPC_REQUEST_ID_MAX chars). */
+bool rpc_request_id_valid(const char *s, size_t len);
+
+/* The server call behind a handler's rpc_call, for parent propagation. */
+grpc_call *rpc_call_grpc(rpc_call *call);

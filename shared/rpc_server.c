@@ -1,0 +1,746 @@
+/* The server half of the RPC layer.
+ *
+ * Threads: one poller thread drains the server's completion queue and runs the tag callbacks
+ * (all short, none block). Each accepted call gets a detached handler thread that runs the
+ * method's handler as plain blocking code and waits on the call's condition variable for its
+ * own batches. The number of handler threads is capped by max_calls.
+ *
+ * Lifetime of a call: two references, one held by the pending RECV_CLOSE_ON_SERVER op and one
+ * by the handler thread (or, for a call refused at the door, by its status batch). Whoever
+ * drops the last one frees the call and tells the server, which waits for every call to be
+ * gone before it lets go of gRPC. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "rpc_internal.h"
+#include "util.h"
+#include "uuid.h"
+
+typedef struct srv_method {
+        const rpc_method *m;
+        rpc_server *srv;
+        void *handle; /* from grpc_server_register_method */
+        rpc_tag accept_tag;
+        /* Filled by gRPC when a call for this method arrives. */
+        grpc_call *call;
+        gpr_timespec deadline;
+        grpc_metadata_array md;
+        grpc_byte_buffer *payload;
+} srv_method;
+
+#define SRV_MAX_METHODS 32
+
+struct rpc_server {
+        char *listen;
+        unsigned max_calls;
+        int64_t grace_ms;
+        int max_message;
+
+        grpc_server *server;
+        grpc_completion_queue *cq;
+        pthread_t poller;
+        bool started;
+        int port;
+
+        srv_method methods[SRV_MAX_METHODS];
+        size_t n_methods;
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        unsigned active;     /* handler threads running */
+        unsigned live_calls; /* rpc_call objects not yet freed */
+        bool shutting_down;
+        bool shutdown_notified;
+        bool shutdown_finished;
+        rpc_tag shutdown_tag;
+};
+
+typedef struct arena_block {
+        struct arena_block *next;
+        max_align_t data[];
+} arena_block;
+
+struct rpc_call {
+        rpc_server *srv;
+        const rpc_method *method;
+        grpc_call *call;
+        gpr_timespec deadline;
+        int64_t deadline_ms;
+        grpc_metadata_array md;
+        grpc_byte_buffer *payload;
+        char *peer;
+        char request_id[RPC_REQUEST_ID_MAX + 1];
+        char *sandbox_id;
+        arena_block *arena;
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int refs;
+
+        rpc_tag close_tag;
+        int close_cancelled; /* written by gRPC when the close op completes */
+        atomic_bool cancelled;
+        int cancel_fd;
+
+        rpc_tag send_tag;
+        bool send_done;
+        bool send_ok;
+        bool initial_md_sent;
+        grpc_metadata initial_md[1];
+        grpc_slice status_details;
+};
+
+static void call_unref(rpc_call *c);
+
+/* --- small accessors ------------------------------------------------------------------- */
+
+const char *rpc_call_method(const rpc_call *c)
+{
+        return c->method->path;
+}
+
+const char *rpc_call_peer(const rpc_call *c)
+{
+        return c->peer ? c->peer : "unknown";
+}
+
+const char *rpc_call_request_id(const rpc_call *c)
+{
+        return c->request_id;
+}
+
+int64_t rpc_call_deadline_ms(const rpc_call *c)
+{
+        return c->deadline_ms;
+}
+
+bool rpc_call_cancelled(rpc_call *c)
+{
+        return atomic_load(&c->cancelled);
+}
+
+int rpc_call_cancel_fd(const rpc_call *c)
+{
+        return c->cancel_fd;
+}
+
+grpc_call *rpc_call_grpc(rpc_call *c)
+{
+        return c->call;
+}
+
+grpc_status_code rpc_call_cancel_status(rpc_call *c)
+{
+        return cs_now_monotonic_ms() >= c->deadline_ms ? GRPC_STATUS_DEADLINE_EXCEEDED
+                                                       : GRPC_STATUS_CANCELLED;
+}
+
+const char *rpc_call_metadata(const rpc_call *c, const char *key, size_t *ret_len)
+{
+        size_t klen = strlen(key);
+
+        for (size_t i = 0; i < c->md.count; i++) {
+                const grpc_metadata *m = &c->md.metadata[i];
+                if (GRPC_SLICE_LENGTH(m->key) == klen &&
+                    memcmp(GRPC_SLICE_START_PTR(m->key), key, klen) == 0) {
+                        /* Text values are not terminated in the slice: copy onto the arena. */
+                        size_t len = GRPC_SLICE_LENGTH(m->value);
+                        char *v = rpc_call_alloc((rpc_call *)c, len + 1);
+                        memcpy(v, GRPC_SLICE_START_PTR(m->value), len);
+                        if (ret_len)
+                                *ret_len = len;
+                        return v;
+                }
+        }
+        return NULL;
+}
+
+void rpc_call_set_sandbox_id(rpc_call *c, const char *sandbox_id)
+{
+        free(c->sandbox_id);
+        c->sandbox_id = sandbox_id ? cs_xstrdup(sandbox_id) : NULL;
+}
+
+void *rpc_call_alloc(rpc_call *c, size_t size)
+{
+        arena_block *b = cs_xcalloc(1, sizeof(*b) + size);
+
+        b->next = c->arena;
+        c->arena = b;
+        return b->data;
+}
+
+char *rpc_call_strdup(rpc_call *c, const char *s)
+{
+        size_t len = strlen(s);
+        char *d = rpc_call_alloc(c, len + 1);
+
+        memcpy(d, s, len);
+        return d;
+}
+
+void rpc_call_log(rpc_call *c, cs_log_level level, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        cs_logv(level, c->request_id, c->sandbox_id, fmt, ap);
+        va_end(ap);
+}
+
+/* --- call lifetime --------------------------------------------------------------------- */
+
+static void call_free(rpc_call *c)
+{
+        rpc_server *srv = c->srv;
+
+        while (c->arena) {
+                arena_block *next = c->arena->next;
+                free(c->arena);
+                c->arena = next;
+        }
+        grpc_call_unref(c->call);
+        grpc_metadata_array_destroy(&c->md);
+        if (c->payload)
+                grpc_byte_buffer_destroy(c->payload);
+        grpc_slice_unref(c->status_details);
+        gpr_free(c->peer);
+        free(c->sandbox_id);
+        close(c->cancel_fd);
+        pthread_cond_destroy(&c->cond);
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+
+        pthread_mutex_lock(&srv->lock);
+        srv->live_calls--;
+        pthread_cond_broadcast(&srv->cond);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+static void call_unref(rpc_call *c)
+{
+        int left;
+
+        pthread_mutex_lock(&c->lock);
+        left = --c->refs;
+        pthread_mutex_unlock(&c->lock);
+        if (left == 0)
+                call_free(c);
+}
+
+/* Poller: the RECV_CLOSE_ON_SERVER op completed: the call is over, one way or another. */
+static void on_close(void *owner, bool ok)
+{
+        rpc_call *c = owner;
+
+        (void)ok;
+        if (c->close_cancelled) {
+                uint64_t one = 1;
+                atomic_store(&c->cancelled, true);
+                (void)!write(c->cancel_fd, &one, sizeof(one));
+        }
+        call_unref(c);
+}
+
+/* Poller: a batch started by the handler thread completed; wake the thread. */
+static void on_send(void *owner, bool ok)
+{
+        rpc_call *c = owner;
+
+        pthread_mutex_lock(&c->lock);
+        c->send_done = true;
+        c->send_ok = ok;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+}
+
+/* Poller: the status batch of a call refused at the door completed. */
+static void on_refused(void *owner, bool ok)
+{
+        (void)ok;
+        call_unref(owner);
+}
+
+/* Adds SEND_INITIAL_METADATA (with our x-request-id) to ops if it has not been sent yet. */
+static size_t add_initial_metadata(rpc_call *c, grpc_op *ops)
+{
+        if (c->initial_md_sent)
+                return 0;
+        c->initial_md_sent = true;
+        c->initial_md[0].key = grpc_slice_from_static_string(RPC_REQUEST_ID_HEADER);
+        c->initial_md[0].value =
+                grpc_slice_from_static_buffer(c->request_id, strlen(c->request_id));
+        ops[0] = (grpc_op){ .op = GRPC_OP_SEND_INITIAL_METADATA };
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = c->initial_md;
+        return 1;
+}
+
+/* Starts a batch on the handler thread and waits for it. Returns whether it succeeded. */
+static bool call_run_batch(rpc_call *c, const grpc_op *ops, size_t n)
+{
+        grpc_call_error e;
+        bool ok;
+
+        pthread_mutex_lock(&c->lock);
+        c->send_done = false;
+        pthread_mutex_unlock(&c->lock);
+
+        e = grpc_call_start_batch(c->call, ops, n, &c->send_tag, NULL);
+        if (e != GRPC_CALL_OK) {
+                rpc_call_log(c, CS_LOG_ERROR, "%s: grpc_call_start_batch: %s", c->method->path,
+                             grpc_call_error_to_string(e));
+                return false;
+        }
+        pthread_mutex_lock(&c->lock);
+        while (!c->send_done)
+                pthread_cond_wait(&c->cond, &c->lock);
+        ok = c->send_ok;
+        pthread_mutex_unlock(&c->lock);
+        return ok;
+}
+
+/* Sends the final status (plus the response, for a unary call that succeeded). */
+static void call_finish(rpc_call *c, grpc_byte_buffer *resp, const cs_error *err)
+{
+        grpc_op ops[3];
+        size_t n = add_initial_metadata(c, ops);
+
+        if (resp) {
+                ops[n] = (grpc_op){ .op = GRPC_OP_SEND_MESSAGE };
+                ops[n++].data.send_message.send_message = resp;
+        }
+        c->status_details = grpc_slice_from_copied_string(err ? err->msg : "");
+        ops[n] = (grpc_op){ .op = GRPC_OP_SEND_STATUS_FROM_SERVER };
+        ops[n].data.send_status_from_server.status = err ? err->code : GRPC_STATUS_OK;
+        ops[n++].data.send_status_from_server.status_details = &c->status_details;
+        call_run_batch(c, ops, n);
+}
+
+int rpc_call_send(rpc_call *c, const ProtobufCMessage *msg, cs_error **err)
+{
+        grpc_byte_buffer *bb = NULL;
+        grpc_op ops[2];
+        size_t n;
+        bool ok;
+
+        if (rpc_call_cancelled(c))
+                return cs_error_set(err, rpc_call_cancel_status(c), "call ended by the client");
+        if (rpc_message_pack(msg, (size_t)c->srv->max_message, &bb, err) < 0)
+                return -1;
+        n = add_initial_metadata(c, ops);
+        ops[n] = (grpc_op){ .op = GRPC_OP_SEND_MESSAGE };
+        ops[n++].data.send_message.send_message = bb;
+        ok = call_run_batch(c, ops, n);
+        grpc_byte_buffer_destroy(bb);
+        if (!ok)
+                return cs_error_set(err, rpc_call_cancel_status(c), "call ended by the client");
+        return 0;
+}
+
+/* --- handler thread -------------------------------------------------------------------- */
+
+static bool status_is_server_fault(grpc_status_code code)
+{
+        return code == GRPC_STATUS_INTERNAL || code == GRPC_STATUS_UNKNOWN ||
+               code == GRPC_STATUS_DATA_LOSS;
+}
+
+/* Runs the handler; returns the encoded unary response (NULL for streams and on error). */
+static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
+{
+        const rpc_method *m = c->method;
+        ProtobufCMessage *req = NULL, *resp;
+        grpc_byte_buffer *bb = NULL;
+        int r;
+
+        if (!c->payload) {
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s: no request message", m->path);
+                return NULL;
+        }
+        if (rpc_message_unpack(m->request, c->payload, "request", GRPC_STATUS_INVALID_ARGUMENT,
+                               &req, err) < 0)
+                return NULL;
+
+        if (m->stream) {
+                r = m->stream(c, req, m->userdata, err);
+        } else {
+                resp = rpc_call_alloc(c, m->response->sizeof_message);
+                protobuf_c_message_init(m->response, resp);
+                r = m->unary(c, req, resp, m->userdata, err);
+                if (r == 0)
+                        rpc_message_pack(resp, (size_t)c->srv->max_message, &bb, err);
+        }
+        if (r < 0 && err && !*err)
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s failed without saying why", m->path);
+        protobuf_c_message_free_unpacked(req, NULL);
+        return bb;
+}
+
+static void *handler_main(void *arg)
+{
+        rpc_call *c = arg;
+        rpc_server *srv = c->srv;
+        _cleanup_error_ cs_error *err = NULL;
+        int64_t start = cs_now_monotonic_ms();
+        grpc_byte_buffer *resp;
+
+        resp = call_dispatch(c, &err);
+        if (rpc_call_cancelled(c) && !err)
+                cs_error_set(&err, rpc_call_cancel_status(c), "call ended by the client");
+        call_finish(c, resp, err);
+        if (resp)
+                grpc_byte_buffer_destroy(resp);
+
+        if (err)
+                rpc_call_log(c, status_is_server_fault(err->code) ? CS_LOG_ERROR : CS_LOG_INFO,
+                             "%s from %s: %s: %s (%" PRId64 " ms)", c->method->path,
+                             rpc_call_peer(c), cs_status_name(err->code), err->msg,
+                             cs_now_monotonic_ms() - start);
+        else
+                rpc_call_log(c, CS_LOG_DEBUG, "%s from %s: OK (%" PRId64 " ms)", c->method->path,
+                             rpc_call_peer(c), cs_now_monotonic_ms() - start);
+
+        pthread_mutex_lock(&srv->lock);
+        srv->active--;
+        pthread_cond_broadcast(&srv->cond);
+        pthread_mutex_unlock(&srv->lock);
+        call_unref(c);
+        return NULL;
+}
+
+/* --- accepting calls ------------------------------------------------------------------- */
+
+static void method_request_next(srv_method *sm);
+
+/* Takes the request id from the caller's metadata when sane, else makes one up. */
+static void call_init_request_id(rpc_call *c)
+{
+        size_t len = 0;
+        const char *id = rpc_call_metadata(c, RPC_REQUEST_ID_HEADER, &len);
+
+        if (id && rpc_request_id_valid(id, len)) {
+                memcpy(c->request_id, id, len);
+                c->request_id[len] = '\0';
+        } else {
+                cs_uuid_generate(c->request_id);
+        }
+}
+
+static rpc_call *call_new(srv_method *sm)
+{
+        rpc_call *c = cs_xcalloc(1, sizeof(*c));
+        int64_t left;
+
+        c->srv = sm->srv;
+        c->method = sm->m;
+        c->call = TAKE_PTR(sm->call);
+        c->deadline = sm->deadline;
+        c->md = sm->md;
+        grpc_metadata_array_init(&sm->md);
+        c->payload = TAKE_PTR(sm->payload);
+        c->peer = grpc_call_get_peer(c->call);
+        c->status_details = grpc_empty_slice();
+        c->refs = 2; /* the close op, and the handler (or the refusal batch) */
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_cond_init(&c->cond, NULL);
+        c->close_tag = (rpc_tag){ .fn = on_close, .owner = c };
+        c->send_tag = (rpc_tag){ .fn = on_send, .owner = c };
+        c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (c->cancel_fd < 0)
+                abort(); /* only fails when out of fds or memory; nothing sane is left */
+        left = rpc_deadline_remaining_ms(c->deadline);
+        c->deadline_ms = left == INT64_MAX ? INT64_MAX : cs_now_monotonic_ms() + left;
+        call_init_request_id(c);
+        return c;
+}
+
+/* Ends a call that will not get a handler, without blocking the poller. */
+static void call_refuse(rpc_call *c, grpc_status_code code, const char *msg)
+{
+        grpc_op ops[2];
+        size_t n = add_initial_metadata(c, ops);
+
+        rpc_call_log(c, CS_LOG_WARN, "%s from %s refused: %s", c->method->path, rpc_call_peer(c),
+                     msg);
+        c->send_tag.fn = on_refused;
+        c->status_details = grpc_slice_from_copied_string(msg);
+        ops[n] = (grpc_op){ .op = GRPC_OP_SEND_STATUS_FROM_SERVER };
+        ops[n].data.send_status_from_server.status = code;
+        ops[n++].data.send_status_from_server.status_details = &c->status_details;
+        if (grpc_call_start_batch(c->call, ops, n, &c->send_tag, NULL) != GRPC_CALL_OK)
+                call_unref(c);
+}
+
+/* Poller: a new call arrived for sm's method. */
+static void on_accept(void *owner, bool ok)
+{
+        srv_method *sm = owner;
+        rpc_server *srv = sm->srv;
+        grpc_op close_op = { .op = GRPC_OP_RECV_CLOSE_ON_SERVER };
+        rpc_call *c;
+        pthread_t thread;
+        pthread_attr_t attr;
+        bool refuse;
+        const char *why = NULL;
+
+        if (!ok)
+                return; /* the server is shutting down: no call, no new request */
+        c = call_new(sm);
+        method_request_next(sm);
+
+        close_op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+        if (grpc_call_start_batch(c->call, &close_op, 1, &c->close_tag, NULL) != GRPC_CALL_OK)
+                abort(); /* a fresh call always takes its close op */
+
+        pthread_mutex_lock(&srv->lock);
+        srv->live_calls++;
+        refuse = srv->shutting_down || srv->active >= srv->max_calls;
+        if (refuse)
+                why = srv->shutting_down ? "server is shutting down" : "too many calls in flight";
+        else
+                srv->active++;
+        pthread_mutex_unlock(&srv->lock);
+        if (refuse) {
+                call_refuse(c,
+                            srv->shutting_down ? GRPC_STATUS_UNAVAILABLE
+                                               : GRPC_STATUS_RESOURCE_EXHAUSTED,
+                            why);
+                return;
+        }
+
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&thread, &attr, handler_main, c) != 0) {
+                pthread_mutex_lock(&srv->lock);
+                srv->active--;
+                pthread_mutex_unlock(&srv->lock);
+                call_refuse(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a handler thread");
+        }
+        pthread_attr_destroy(&attr);
+}
+
+static void method_request_next(srv_method *sm)
+{
+        grpc_call_error e;
+
+        e = grpc_server_request_registered_call(sm->srv->server, sm->handle, &sm->call,
+                                                &sm->deadline, &sm->md, &sm->payload, sm->srv->cq,
+                                                sm->srv->cq, &sm->accept_tag);
+        if (e != GRPC_CALL_OK)
+                log_error("%s: cannot wait for calls: %s", sm->m->path,
+                          grpc_call_error_to_string(e));
+}
+
+/* --- server ---------------------------------------------------------------------------- */
+
+static void *poller_main(void *arg)
+{
+        rpc_server *srv = arg;
+
+        for (;;) {
+                grpc_event ev = grpc_completion_queue_next(
+                        srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+                if (ev.type == GRPC_QUEUE_SHUTDOWN)
+                        break;
+                if (ev.type == GRPC_OP_COMPLETE) {
+                        rpc_tag *tag = ev.tag;
+                        tag->fn(tag->owner, ev.success);
+                }
+        }
+        return NULL;
+}
+
+static void on_shutdown(void *owner, bool ok)
+{
+        rpc_server *srv = owner;
+
+        (void)ok;
+        pthread_mutex_lock(&srv->lock);
+        srv->shutdown_notified = true;
+        pthread_cond_broadcast(&srv->cond);
+        pthread_mutex_unlock(&srv->lock);
+}
+
+rpc_server *rpc_server_new(const rpc_server_options *opts)
+{
+        rpc_server *srv = cs_xcalloc(1, sizeof(*srv));
+        pthread_condattr_t ca;
+        grpc_arg args[RPC_N_SIZE_ARGS + 1];
+        grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
+
+        srv->listen = cs_xstrdup(opts->listen);
+        srv->max_calls = opts->max_calls ? opts->max_calls : RPC_DEFAULT_MAX_CALLS;
+        srv->grace_ms = opts->grace_ms >= 0 ? opts->grace_ms : RPC_DEFAULT_GRACE_MS;
+        srv->max_message = (int)(opts->max_message ? opts->max_message : RPC_MAX_MESSAGE_BYTES);
+        pthread_mutex_init(&srv->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&srv->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        srv->shutdown_tag = (rpc_tag){ .fn = on_shutdown, .owner = srv };
+
+        rpc_size_args(args, srv->max_message);
+        /* Bound the streams a single connection may open (Debian's gRPC predates the HTTP/2
+         * rapid-reset fix); calls beyond max_calls are refused anyway. */
+        args[RPC_N_SIZE_ARGS] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                                            .key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                            .value.integer = (int)srv->max_calls };
+        srv->server = grpc_server_create(&cargs, NULL);
+        srv->cq = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+        return srv;
+}
+
+int rpc_server_add_method(rpc_server *srv, const rpc_method *m, cs_error **err)
+{
+        srv_method *sm;
+
+        if (srv->started)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: server already started",
+                                    m->path);
+        if (srv->n_methods == SRV_MAX_METHODS)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: more than %d methods", m->path,
+                                    SRV_MAX_METHODS);
+        if (!m->unary == !m->stream)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "%s: set exactly one of unary and stream", m->path);
+        sm = &srv->methods[srv->n_methods];
+        sm->handle = grpc_server_register_method(srv->server, m->path, NULL,
+                                                 GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        if (!sm->handle)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot register", m->path);
+        sm->m = m;
+        sm->srv = srv;
+        sm->accept_tag = (rpc_tag){ .fn = on_accept, .owner = sm };
+        grpc_metadata_array_init(&sm->md);
+        srv->n_methods++;
+        return 0;
+}
+
+int rpc_server_start(rpc_server *srv, cs_error **err)
+{
+        grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+
+        srv->port = grpc_server_add_http2_port(srv->server, srv->listen, creds);
+        grpc_server_credentials_release(creds);
+        if (srv->port <= 0)
+                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                                    "cannot listen on %s (address in use or invalid)", srv->listen);
+        grpc_server_start(srv->server);
+        if (pthread_create(&srv->poller, NULL, poller_main, srv) != 0)
+                return cs_error_errno(err, errno, "cannot start the poller thread");
+        srv->started = true;
+        for (size_t i = 0; i < srv->n_methods; i++)
+                method_request_next(&srv->methods[i]);
+        return 0;
+}
+
+int rpc_server_port(const rpc_server *srv)
+{
+        return srv->port;
+}
+
+bool rpc_server_shutting_down(rpc_server *srv)
+{
+        bool r;
+
+        pthread_mutex_lock(&srv->lock);
+        r = srv->shutting_down;
+        pthread_mutex_unlock(&srv->lock);
+        return r;
+}
+
+unsigned rpc_server_active_calls(rpc_server *srv)
+{
+        unsigned n;
+
+        pthread_mutex_lock(&srv->lock);
+        n = srv->active;
+        pthread_mutex_unlock(&srv->lock);
+        return n;
+}
+
+/* Waits on the server's condition until pred() or the monotonic deadline (ms). */
+static void wait_until(rpc_server *srv, bool (*pred)(rpc_server *), int64_t deadline_ms)
+{
+        while (!pred(srv)) {
+                struct timespec ts = { .tv_sec = deadline_ms / 1000,
+                                       .tv_nsec = (deadline_ms % 1000) * 1000000 };
+                if (deadline_ms == INT64_MAX)
+                        pthread_cond_wait(&srv->cond, &srv->lock);
+                else if (pthread_cond_timedwait(&srv->cond, &srv->lock, &ts) == ETIMEDOUT)
+                        return;
+        }
+}
+
+static bool no_handlers(rpc_server *srv)
+{
+        return srv->active == 0;
+}
+
+static bool all_gone(rpc_server *srv)
+{
+        return srv->live_calls == 0 && srv->shutdown_notified;
+}
+
+void rpc_server_shutdown(rpc_server *srv)
+{
+        pthread_mutex_lock(&srv->lock);
+        if (srv->shutting_down || !srv->started) {
+                srv->shutting_down = true;
+                pthread_mutex_unlock(&srv->lock);
+                return;
+        }
+        srv->shutting_down = true;
+        pthread_mutex_unlock(&srv->lock);
+
+        /* Stop accepting; calls in flight go on. */
+        grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
+
+        pthread_mutex_lock(&srv->lock);
+        wait_until(srv, no_handlers, cs_now_monotonic_ms() + srv->grace_ms);
+        if (srv->active > 0) {
+                log_warn("shutdown: cancelling %u call(s) still running after %" PRId64 " ms",
+                         srv->active, srv->grace_ms);
+                pthread_mutex_unlock(&srv->lock);
+                grpc_server_cancel_all_calls(srv->server);
+                pthread_mutex_lock(&srv->lock);
+        }
+        wait_until(srv, all_gone, INT64_MAX);
+        pthread_mutex_unlock(&srv->lock);
+
+        grpc_completion_queue_shutdown(srv->cq);
+        pthread_join(srv->poller, NULL);
+        srv->shutdown_finished = true;
+}
+
+void rpc_server_free(rpc_server *srv)
+{
+        if (!srv)
+                return;
+        rpc_server_shutdown(srv);
+        if (!srv->shutdown_finished) {
+                /* Never started: no calls, no poller; the queue only needs draining. */
+                grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
+                grpc_completion_queue_shutdown(srv->cq);
+                poller_main(srv);
+        }
+        grpc_server_destroy(srv->server);
+        grpc_completion_queue_destroy(srv->cq);
+        for (size_t i = 0; i < srv->n_methods; i++)
+                grpc_metadata_array_destroy(&srv->methods[i].md);
+        pthread_cond_destroy(&srv->cond);
+        pthread_mutex_destroy(&srv->lock);
+        free(srv->listen);
+        free(srv);
+}

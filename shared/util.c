@@ -1,0 +1,61 @@
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static void *check_alloc(void *p)
+{
+        if (!p) {
+                static const char msg[] = "out of memory\n";
+                (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+                abort();
+        }
+        return p;
+}
+
+void *cs_xmalloc(size_t n)
+{
+        return check_alloc(malloc(n ? n : 1));
+}
+
+void *cs_xcalloc(size_t n, size_t size)
+{
+        return check_alloc(calloc(n ? n : 1, size ? size : 1));
+}
+
+char *cs_xstrdup(const char *s)
+{
+        return check_alloc(strdup(s));
+}
+
+char *cs_xasprintf(const char *fmt, ...)
+{
+        char *s = NULL;
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        return check_alloc(s);
+}
+
+static int64_t clock_ms(clockid_t id)
+{
+        struct timespec ts;
+
+        clock_gettime(id, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t cs_now_monotonic_ms(void)
+{
+        return clock_ms(CLOCK_MONOTONIC);
+}
+
+int64_t cs_now_realtime_ms(void)
+{
+        return clock_ms(CLOCK_REALTIME);
+}
