@@ -35,6 +35,9 @@ typedef struct srv_method {
         gpr_timespec deadline;
         grpc_metadata_array md;
         grpc_byte_buffer *payload;
+        /* The catch-all slot: calls for methods nobody registered (details says which). */
+        bool unknown;
+        grpc_call_details details;
 } srv_method;
 
 #define SRV_MAX_METHODS 32
@@ -53,6 +56,7 @@ struct rpc_server {
 
         srv_method methods[SRV_MAX_METHODS];
         size_t n_methods;
+        srv_method unknown; /* gRPC core leaves unregistered calls pending: refuse them */
 
         pthread_mutex_t lock;
         pthread_cond_t cond;
@@ -326,6 +330,17 @@ static void call_finish(rpc_call *c, grpc_byte_buffer *resp, const cs_error *err
         call_run_batch(c, ops, n);
 }
 
+/* The error for a call that ended before the handler was done with it. */
+static int call_ended_error(rpc_call *c, cs_error **err)
+{
+        grpc_status_code code = rpc_call_cancel_status(c);
+
+        return cs_error_set(err, code, "%s",
+                            code == GRPC_STATUS_DEADLINE_EXCEEDED
+                                    ? "deadline exceeded"
+                                    : "call cancelled (by the client, or at shutdown)");
+}
+
 int rpc_call_send(rpc_call *c, const ProtobufCMessage *msg, cs_error **err)
 {
         grpc_byte_buffer *bb = NULL;
@@ -334,7 +349,7 @@ int rpc_call_send(rpc_call *c, const ProtobufCMessage *msg, cs_error **err)
         bool ok;
 
         if (rpc_call_cancelled(c))
-                return cs_error_set(err, rpc_call_cancel_status(c), "call ended by the client");
+                return call_ended_error(c, err);
         if (rpc_message_pack(msg, (size_t)c->srv->max_message, &bb, err) < 0)
                 return -1;
         n = add_initial_metadata(c, ops);
@@ -343,7 +358,7 @@ int rpc_call_send(rpc_call *c, const ProtobufCMessage *msg, cs_error **err)
         ok = call_run_batch(c, ops, n);
         grpc_byte_buffer_destroy(bb);
         if (!ok)
-                return cs_error_set(err, rpc_call_cancel_status(c), "call ended by the client");
+                return call_ended_error(c, err);
         return 0;
 }
 
@@ -396,7 +411,7 @@ static void *handler_main(void *arg)
 
         resp = call_dispatch(c, &err);
         if (rpc_call_cancelled(c) && !err)
-                cs_error_set(&err, rpc_call_cancel_status(c), "call ended by the client");
+                call_ended_error(c, &err);
         call_finish(c, resp, err);
         if (resp)
                 grpc_byte_buffer_destroy(resp);
@@ -481,6 +496,31 @@ static void call_refuse(rpc_call *c, grpc_status_code code, const char *msg)
                 call_unref(c);
 }
 
+/* The method an rpc_call for an unregistered path points at. */
+static const rpc_method unknown_method = { .path = "(unknown method)" };
+
+/* Poller: a call for a method nobody registered: UNIMPLEMENTED, as gRPC servers answer. */
+static void on_accept_unknown(srv_method *sm)
+{
+        rpc_server *srv = sm->srv;
+        grpc_op close_op = { .op = GRPC_OP_RECV_CLOSE_ON_SERVER };
+        rpc_call *c = call_new(sm);
+        _cleanup_free_ char *msg =
+                cs_xasprintf("unknown method %.*s", (int)GRPC_SLICE_LENGTH(sm->details.method),
+                             (const char *)GRPC_SLICE_START_PTR(sm->details.method));
+
+        grpc_call_details_destroy(&sm->details);
+        grpc_call_details_init(&sm->details);
+        method_request_next(sm);
+        close_op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+        if (grpc_call_start_batch(c->call, &close_op, 1, &c->close_tag, NULL) != GRPC_CALL_OK)
+                abort(); /* a fresh call always takes its close op */
+        pthread_mutex_lock(&srv->lock);
+        srv->live_calls++;
+        pthread_mutex_unlock(&srv->lock);
+        call_refuse(c, GRPC_STATUS_UNIMPLEMENTED, msg);
+}
+
 /* Poller: a new call arrived for sm's method. */
 static void on_accept(void *owner, bool ok)
 {
@@ -495,6 +535,10 @@ static void on_accept(void *owner, bool ok)
 
         if (!ok)
                 return; /* the server is shutting down: no call, no new request */
+        if (sm->unknown) {
+                on_accept_unknown(sm);
+                return;
+        }
         c = call_new(sm);
         method_request_next(sm);
 
@@ -533,9 +577,13 @@ static void method_request_next(srv_method *sm)
 {
         grpc_call_error e;
 
-        e = grpc_server_request_registered_call(sm->srv->server, sm->handle, &sm->call,
-                                                &sm->deadline, &sm->md, &sm->payload, sm->srv->cq,
-                                                sm->srv->cq, &sm->accept_tag);
+        if (sm->unknown)
+                e = grpc_server_request_call(sm->srv->server, &sm->call, &sm->details, &sm->md,
+                                             sm->srv->cq, sm->srv->cq, &sm->accept_tag);
+        else
+                e = grpc_server_request_registered_call(sm->srv->server, sm->handle, &sm->call,
+                                                        &sm->deadline, &sm->md, &sm->payload,
+                                                        sm->srv->cq, sm->srv->cq, &sm->accept_tag);
         if (e != GRPC_CALL_OK)
                 log_error("%s: cannot wait for calls: %s", sm->m->path,
                           grpc_call_error_to_string(e));
@@ -575,7 +623,7 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
 {
         rpc_server *srv = cs_xcalloc(1, sizeof(*srv));
         pthread_condattr_t ca;
-        grpc_arg args[RPC_N_SIZE_ARGS + 1];
+        grpc_arg args[RPC_N_SIZE_ARGS + 2];
         grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
 
         srv->listen = cs_xstrdup(opts->listen);
@@ -588,13 +636,23 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
         pthread_cond_init(&srv->cond, &ca);
         pthread_condattr_destroy(&ca);
         srv->shutdown_tag = (rpc_tag){ .fn = on_shutdown, .owner = srv };
+        srv->unknown = (srv_method){ .m = &unknown_method, .srv = srv, .unknown = true };
+        srv->unknown.accept_tag = (rpc_tag){ .fn = on_accept, .owner = &srv->unknown };
+        grpc_metadata_array_init(&srv->unknown.md);
+        grpc_call_details_init(&srv->unknown.details);
 
         rpc_size_args(args, srv->max_message);
         /* Bound the streams a single connection may open (Debian's gRPC predates the HTTP/2
-         * rapid-reset fix); calls beyond max_calls are refused anyway. */
+         * rapid-reset fix). Set above max_calls so that a call over the cap is refused with
+         * RESOURCE_EXHAUSTED at once rather than queued by the client's transport. */
         args[RPC_N_SIZE_ARGS] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
                                             .key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                                            .value.integer = (int)srv->max_calls };
+                                            .value.integer = (int)srv->max_calls * 2 + 8 };
+        /* gRPC sets SO_REUSEPORT by default: a second server on a busy port would then "bind"
+         * and take half of the connections. Fail instead. */
+        args[RPC_N_SIZE_ARGS + 1] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                                                .key = (char *)GRPC_ARG_ALLOW_REUSEPORT,
+                                                .value.integer = 0 };
         srv->server = grpc_server_create(&cargs, NULL);
         srv->cq = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
@@ -642,6 +700,7 @@ int rpc_server_start(rpc_server *srv, cs_error **err)
         srv->started = true;
         for (size_t i = 0; i < srv->n_methods; i++)
                 method_request_next(&srv->methods[i]);
+        method_request_next(&srv->unknown);
         return 0;
 }
 
@@ -739,6 +798,8 @@ void rpc_server_free(rpc_server *srv)
         grpc_completion_queue_destroy(srv->cq);
         for (size_t i = 0; i < srv->n_methods; i++)
                 grpc_metadata_array_destroy(&srv->methods[i].md);
+        grpc_metadata_array_destroy(&srv->unknown.md);
+        grpc_call_details_destroy(&srv->unknown.details);
         pthread_cond_destroy(&srv->cond);
         pthread_mutex_destroy(&srv->lock);
         free(srv->listen);

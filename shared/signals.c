@@ -13,6 +13,10 @@ void cs_signals_block(void)
 {
         sigset_t set;
 
+        /* A shell starts background jobs with SIGINT ignored; an ignored signal is discarded
+         * even while blocked, so sigwait() would never see it. Restore the default first. */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
         shutdown_set(&set);
         pthread_sigmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);

@@ -1,0 +1,100 @@
+"""./scripts/run serves grpc.health.v1.Health/Check = SERVING on both addresses and stops both
+programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group).
+
+Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import grpc
+
+from health_client import Health
+
+BUILD_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class RunScriptTest(unittest.TestCase):
+    def setUp(self):
+        self.health = Health(BUILD_DIR)
+        self.state = tempfile.TemporaryDirectory()
+        self.fport, self.aport = free_port(), free_port()
+        env = dict(os.environ,
+                   COMPUTE_LISTEN=f"127.0.0.1:{self.fport}",
+                   COMPUTE_AGENT_LISTEN=f"127.0.0.1:{self.aport}",
+                   COMPUTE_STATE_DIR=os.path.join(self.state.name, "state"),
+                   COMPUTE_BUILD_DIR=BUILD_DIR)
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([os.path.join(SOURCE_DIR, "scripts", "run")], env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def tearDown(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+        self.state.cleanup()
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_serving(self, address, service):
+        deadline = time.monotonic() + 180  # the script may have to build first
+        while True:
+            try:
+                return self.health.check(address, service)
+            except grpc.RpcError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.fail(f"{address} never served health:\n{self.output()}")
+                time.sleep(0.2)
+
+    def check_serving_then_stop(self, send_signal):
+        front, agent = f"127.0.0.1:{self.fport}", f"127.0.0.1:{self.aport}"
+        self.assertEqual(self.wait_serving(front, ""), "SERVING")
+        self.assertEqual(self.wait_serving(agent, ""), "SERVING")
+        self.assertEqual(self.health.check(front, "compute.v1.ComputeService"), "SERVING")
+        self.assertEqual(self.health.check(agent, "nodeagent.v1.NodeAgent"), "SERVING")
+        for address in (front, agent):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.health.check(address, "no.such.Service")
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+        send_signal()
+        try:
+            status = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.fail(f"scripts/run did not stop:\n{self.output()}")
+        out = self.output()
+        self.assertEqual(status, 0, out)
+        self.assertIn("compute-frontend stopped", out)
+        self.assertIn("compute-nodeagent stopped", out)
+        self.assertFalse(port_open(self.fport), "frontend still listening")
+        self.assertFalse(port_open(self.aport), "node agent still listening")
+
+    def test_sigterm(self):
+        self.check_serving_then_stop(lambda: self.proc.send_signal(signal.SIGTERM))
+
+    def test_ctrl_c(self):
+        # A terminal's Ctrl-C goes to the whole foreground process group.
+        self.check_serving_then_stop(lambda: os.killpg(self.proc.pid, signal.SIGINT))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
