@@ -1,8 +1,9 @@
 /* compute-nodeagent: serves nodeagent.v1.NodeAgent on one node.
  *
- * The runtime, exec, workspace I/O and usage services arrive with the node agent issue;
- * today the binary claims its state directory, serves health checks and shuts down cleanly
- * on SIGTERM/SIGINT. */
+ * Local mode: it creates the sandboxes itself as gVisor containers (runsc), runs commands in
+ * them, does their workspace file I/O on the host side and measures their usage from cgroups.
+ * Its records live in the state directory, so a restart (even after kill -9) loses nothing;
+ * sandboxes keep running while the agent is down. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,12 +11,21 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
+#include "cgroup.h"
 #include "daemon.h"
+#include "proc.h"
+#include "runtime.h"
+#include "sandbox.h"
+#include "service.h"
 #include "signals.h"
 #include "util.h"
 
+#define AGENT_VERSION "0.1.0"
+
 static cs_daemon_config cfg;
-static char *state_dir;
+static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
+static char *cgroup_root, *cgroup_parent, *node_name;
+static int64_t grace_s, sample_ms, max_sandboxes;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_AGENT_LISTEN", "127.0.0.1:50052"),
@@ -23,6 +33,37 @@ static const cs_option options[] = {
           "Directory for the agent's records and workspaces; created if missing, and locked so "
           "that two agents never share it.",
           &state_dir, 0, 0 },
+        { "images-dir", "COMPUTE_IMAGES_DIR", CS_OPT_STRING, "",
+          "Directory of image root filesystems: image NAME is the directory NAME in it "
+          "(default: STATE_DIR/images). The image \"host\" (or none) is the host's root, "
+          "read-only.",
+          &images_dir, 0, 0 },
+        { "runsc", "COMPUTE_RUNSC", CS_OPT_STRING, "runsc", "The runsc binary.", &runsc_path, 0,
+          0 },
+        { "runsc-root", "COMPUTE_RUNSC_ROOT", CS_OPT_STRING, "",
+          "runsc's state directory (--root) for the sandboxes (default: STATE_DIR/runsc).",
+          &runsc_root, 0, 0 },
+        { "runsc-platform", "COMPUTE_RUNSC_PLATFORM", CS_OPT_STRING, "",
+          "runsc --platform (ptrace, kvm, systrap); empty: runsc's default.", &runsc_platform, 0,
+          0 },
+        { "runsc-network", "COMPUTE_RUNSC_NETWORK", CS_OPT_STRING, "none",
+          "Sandbox networking: none (default: no network at all), sandbox or host.", &runsc_network,
+          0, 0 },
+        { "cgroup-root", "COMPUTE_CGROUP_ROOT", CS_OPT_STRING, "/sys/fs/cgroup",
+          "Where the cgroup hierarchy is mounted (v1 or v2, detected).", &cgroup_root, 0, 0 },
+        { "cgroup-parent", "COMPUTE_CGROUP_PARENT", CS_OPT_STRING, "/compute",
+          "Parent cgroup of the sandboxes: each gets PARENT/<sandbox id>.", &cgroup_parent, 0, 0 },
+        { "workspace-grace-s", "COMPUTE_WORKSPACE_GRACE_S", CS_OPT_INT, "86400",
+          "After a destroy, how long the workspace is kept before the agent removes it.", &grace_s,
+          0, 365 * 86400 },
+        { "sample-interval-ms", "COMPUTE_SAMPLE_INTERVAL_MS", CS_OPT_INT, "1000",
+          "Period of memory sampling (for averages), status checks and workspace GC.", &sample_ms,
+          50, 60000 },
+        { "max-sandboxes", "COMPUTE_MAX_SANDBOXES", CS_OPT_INT, "64",
+          "Live sandboxes this agent runs at once; more get RESOURCE_EXHAUSTED.", &max_sandboxes, 1,
+          4096 },
+        { "node-name", "COMPUTE_NODE_NAME", CS_OPT_STRING, "",
+          "Name this node reports (default: the host name).", &node_name, 0, 0 },
 };
 
 static const cs_program program = {
@@ -82,11 +123,96 @@ static int state_dir_claim(const char *path, cs_error **err)
         return fd;
 }
 
+static void registry_log(bool warn, const char *sandbox_id, const char *msg)
+{
+        cs_log(warn ? CS_LOG_WARN : CS_LOG_INFO, NULL, sandbox_id, "%s", msg);
+}
+
+/* The first line of `runsc --version`, or "unknown". */
+static char *runtime_version(void)
+{
+        char *argv[] = { runsc_path, "--version", NULL };
+        char *out = NULL;
+        cs_error *err = NULL;
+
+        if (proc_run(argv, 10000, &out, &err) < 0) {
+                cs_error_free(err);
+                return cs_xstrdup("unknown");
+        }
+        out[strcspn(out, "\n")] = '\0';
+        return out;
+}
+
+/* Everything the agent runs on, opened in order; freed in reverse by agent_close(). */
+typedef struct agent {
+        cgroup_fs cg;
+        runtime *rt;
+        sb_registry *reg;
+        char *runtime_version;
+        char hostname[256];
+} agent;
+
+static int agent_open(agent *a, cs_error **err)
+{
+        _cleanup_free_ char *def_images = cs_xasprintf("%s/images", state_dir);
+        _cleanup_free_ char *def_root = cs_xasprintf("%s/runsc", state_dir);
+        runsc_config rc = { .path = runsc_path,
+                            .root = runsc_root[0] ? runsc_root : def_root,
+                            .platform = runsc_platform,
+                            .network = runsc_network };
+        sb_config sc = { .state_dir = state_dir,
+                         .images_dir = images_dir[0] ? images_dir : def_images,
+                         .cgroup_parent = cgroup_parent,
+                         .grace_ms = grace_s * 1000,
+                         .sample_interval_ms = sample_ms,
+                         .max_sandboxes = (uint32_t)max_sandboxes };
+
+        if (cgroup_fs_detect(cgroup_root, &a->cg, err) < 0)
+                return -1;
+        a->rt = runtime_runsc_new(&rc, err);
+        if (!a->rt)
+                return -1;
+        a->runtime_version = runtime_version();
+        log_info("runtime %s (%s), cgroup v%d at %s", a->rt->ops->name, a->runtime_version,
+                 (int)a->cg.version, cgroup_root);
+        return sb_registry_open(&sc, a->rt, &a->cg, registry_log, &a->reg, err);
+}
+
+static void agent_close(agent *a)
+{
+        sb_registry_free(a->reg);
+        if (a->rt)
+                a->rt->ops->free(a->rt);
+        cgroup_fs_free(&a->cg);
+        free(a->runtime_version);
+}
+
+static int agent_register(agent *a, rpc_server *srv, cs_error **err)
+{
+        agent_service s = {
+                .reg = a->reg,
+                .rt = a->rt,
+                .cg = &a->cg,
+                .node_name = node_name[0] ? node_name : a->hostname,
+                .version = AGENT_VERSION,
+                .runtime_version = a->runtime_version,
+                .started_at_ms = cs_now_realtime_ms(),
+                .max_sandboxes = (uint32_t)max_sandboxes,
+                .cpu_millis_capacity = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN) * 1000,
+                .memory_bytes_capacity =
+                        (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE),
+        };
+
+        gethostname(a->hostname, sizeof(a->hostname) - 1);
+        return agent_service_register(srv, &s, err);
+}
+
 int main(int argc, char **argv)
 {
         _cleanup_error_ cs_error *err = NULL;
         _cleanup_close_ int lock_fd = -1;
         rpc_server *srv = NULL;
+        agent a = { 0 };
         int r;
 
         cs_signals_block();
@@ -104,12 +230,18 @@ int main(int argc, char **argv)
         lock_fd = state_dir_claim(state_dir, &err);
         if (lock_fd >= 0) {
                 log_info("%s: state in %s", program.name, state_dir);
-                srv = cs_daemon_server_new(&cfg, services, &err);
+                if (agent_open(&a, &err) == 0)
+                        srv = cs_daemon_server_new(&cfg, services, &err);
+        }
+        if (srv && agent_register(&a, srv, &err) < 0) {
+                rpc_server_free(srv);
+                srv = NULL;
         }
         if (srv)
                 r = cs_daemon_serve(srv, program.name, &err);
         if (err)
                 log_error("%s: %s", program.name, err->msg);
+        agent_close(&a);
         rpc_global_shutdown();
         cs_config_free(&program);
         return err ? 1 : 0;

@@ -2,6 +2,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
+#include <string.h>
 
 #include "rpc_internal.h"
 #include "util.h"
@@ -23,6 +24,77 @@ int rpc_message_pack(const ProtobufCMessage *msg, size_t max, grpc_byte_buffer *
         return 0;
 }
 
+/* Reads a base-128 varint; returns its length, 0 if malformed or truncated. */
+static size_t wire_varint(const uint8_t *p, size_t len, uint64_t *ret)
+{
+        uint64_t v = 0;
+
+        for (size_t i = 0; i < len && i < 10; i++) {
+                v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+                if (!(p[i] & 0x80)) {
+                        *ret = v;
+                        return i + 1;
+                }
+        }
+        return 0;
+}
+
+#define WIRE_MAX_DEPTH 32
+
+/* protobuf-c keeps strings NUL-terminated without a length: a NUL inside one would cut it
+ * short without anyone noticing (a path "a\0/../x" would silently become "a"). Walks the
+ * encoded message and names the first string field that holds a NUL byte, if any. The bytes
+ * have already been decoded successfully, so only well-formed input reaches here. */
+static const char *wire_nul_string(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                                   size_t len, int depth)
+{
+        while (len > 0 && depth < WIRE_MAX_DEPTH) {
+                uint64_t key, n = 0;
+                size_t k = wire_varint(p, len, &key);
+                const ProtobufCFieldDescriptor *f;
+
+                if (!k)
+                        return NULL;
+                p += k;
+                len -= k;
+                switch (key & 7) {
+                case 0: /* varint */
+                        k = wire_varint(p, len, &n);
+                        if (!k)
+                                return NULL;
+                        break;
+                case 1: /* 64-bit */
+                        k = 8;
+                        break;
+                case 5: /* 32-bit */
+                        k = 4;
+                        break;
+                case 2: /* length-delimited */
+                        k = wire_varint(p, len, &n);
+                        if (!k || n > len - k)
+                                return NULL;
+                        f = protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
+                        if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + k, 0, n))
+                                return f->name;
+                        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                                const char *bad =
+                                        wire_nul_string(f->descriptor, p + k, n, depth + 1);
+                                if (bad)
+                                        return bad;
+                        }
+                        k += n;
+                        break;
+                default:
+                        return NULL;
+                }
+                if (k > len)
+                        return NULL;
+                p += k;
+                len -= k;
+        }
+        return NULL;
+}
+
 int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
                        const char *what, grpc_status_code bad_code, ProtobufCMessage **ret,
                        cs_error **err)
@@ -38,10 +110,21 @@ int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer 
         grpc_byte_buffer_reader_destroy(&reader);
         msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(slice),
                                         GRPC_SLICE_START_PTR(slice));
-        grpc_slice_unref(slice);
-        if (!msg)
+        if (!msg) {
+                grpc_slice_unref(slice);
                 return cs_error_set(err, bad_code, "malformed %s: not a valid %s", what,
                                     desc->name);
+        }
+        {
+                const char *field = wire_nul_string(desc, GRPC_SLICE_START_PTR(slice),
+                                                    GRPC_SLICE_LENGTH(slice), 0);
+                grpc_slice_unref(slice);
+                if (field) {
+                        protobuf_c_message_free_unpacked(msg, NULL);
+                        return cs_error_set(err, bad_code, "%s: field %s contains a NUL byte", what,
+                                            field);
+                }
+        }
         *ret = msg;
         return 0;
 }

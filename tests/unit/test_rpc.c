@@ -382,9 +382,9 @@ static void test_16mib_both_ways(void **state)
         rpc_stream_free(st);
 }
 
-/* Sends a message of `size` bytes with raw gRPC core, with no client-side cap, so that only
- * the server can refuse it. Returns the status. */
-static grpc_status_code raw_unary_of_size(int port, size_t size)
+/* Sends `size` bytes (taking ownership of buf) as an Echo/Unary request with raw gRPC core,
+ * with no client-side cap or encoding, so that only the server can refuse it. */
+static grpc_status_code raw_unary(int port, uint8_t *buf, size_t size)
 {
         char target[64];
         grpc_arg arg = { .type = GRPC_ARG_INTEGER,
@@ -395,7 +395,6 @@ static grpc_status_code raw_unary_of_size(int port, size_t size)
         grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
         grpc_channel *ch;
         grpc_call *call;
-        uint8_t *buf = cs_xcalloc(1, size);
         grpc_slice slice;
         grpc_byte_buffer *bb;
         grpc_metadata_array md, trailing;
@@ -408,15 +407,6 @@ static grpc_status_code raw_unary_of_size(int port, size_t size)
                 { .op = GRPC_OP_RECV_MESSAGE },           { .op = GRPC_OP_RECV_STATUS_ON_CLIENT }
         };
 
-        /* A valid EchoRequest: field 2 (payload), length-delimited, filled with zeros. */
-        {
-                size_t len = size - 5;
-                buf[0] = 0x12;
-                for (int i = 1; i <= 4; i++) {
-                        buf[i] = (uint8_t)((len & 0x7f) | (i < 4 ? 0x80 : 0));
-                        len >>= 7;
-                }
-        }
         slice = grpc_slice_new(buf, size, free);
         bb = grpc_raw_byte_buffer_create(&slice, 1);
         grpc_slice_unref(slice);
@@ -451,6 +441,38 @@ static grpc_status_code raw_unary_of_size(int port, size_t size)
                 ;
         grpc_completion_queue_destroy(cq);
         return status;
+}
+
+/* A valid EchoRequest of `size` bytes: field 2 (payload), length-delimited, zeros. */
+static grpc_status_code raw_unary_of_size(int port, size_t size)
+{
+        uint8_t *buf = cs_xcalloc(1, size);
+        size_t len = size - 5;
+
+        buf[0] = 0x12;
+        for (int i = 1; i <= 4; i++) {
+                buf[i] = (uint8_t)((len & 0x7f) | (i < 4 ? 0x80 : 0));
+                len >>= 7;
+        }
+        return raw_unary(port, buf, size);
+}
+
+static void test_nul_in_string_rejected(void **state)
+{
+        static const uint8_t text_with_nul[] = { 0x0a, 0x03, 'a', 0x00, 'b' };
+        static const uint8_t fine[] = { 0x0a, 0x03, 'a', 'b', 'c', 0x12, 0x02, 0x00, 0x00 };
+        uint8_t *buf;
+
+        (void)state;
+        /* A NUL in a string field: protobuf-c would cut it to "a"; the layer refuses it. */
+        buf = cs_xmalloc(sizeof(text_with_nul));
+        memcpy(buf, text_with_nul, sizeof(text_with_nul));
+        assert_int_equal(raw_unary(own_port, buf, sizeof(text_with_nul)),
+                         GRPC_STATUS_INVALID_ARGUMENT);
+        /* NULs in a bytes field are data. */
+        buf = cs_xmalloc(sizeof(fine));
+        memcpy(buf, fine, sizeof(fine));
+        assert_int_equal(raw_unary(own_port, buf, sizeof(fine)), GRPC_STATUS_OK);
 }
 
 static void test_over_cap_rejected(void **state)
@@ -717,6 +739,7 @@ int main(void)
                 cmocka_unit_test(test_stream_10000_in_order),
                 cmocka_unit_test(test_16mib_both_ways),
                 cmocka_unit_test(test_over_cap_rejected),
+                cmocka_unit_test(test_nul_in_string_rejected),
                 cmocka_unit_test(test_client_cancel_seen_by_handler),
                 cmocka_unit_test(test_deadline_mid_stream),
                 cmocka_unit_test(test_relay_in_order_and_cancel_propagates),

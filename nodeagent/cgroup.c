@@ -1,0 +1,810 @@
+/* Reading a sandbox's resource usage from cgroups (v1 or v2) and /proc.
+ *
+ * Everything here parses kernel text files. The kernel is trusted to write them, but the
+ * parsers still treat them as untrusted bytes: every read is bounded by a named cap, numbers
+ * are parsed digit by digit with overflow checks (strtoull would accept "-1" and wrap), and a
+ * value that is not what the kernel documents ("max", garbage) is an INTERNAL error naming the
+ * file, never a silent 0. A file that does not exist is different: older kernels lack some of
+ * them, so its fields stay 0. */
+#include "cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* Single-value and keyed files (cpuacct.usage, cpu.stat, memory.events, /proc/<pid>/io) are
+ * a few hundred bytes. */
+#define CGROUP_SMALL_FILE_MAX (64 * 1024)
+/* Files with a line per device, pid or interface: a host with hundreds of block devices or
+ * veths, or a cgroup with many processes, stays well below this. */
+#define CGROUP_LIST_FILE_MAX (1024 * 1024)
+/* A cgroup path longer than this cannot name a real directory. */
+#define CGROUP_PATH_MAX PATH_MAX
+
+/* ---- reading files ---------------------------------------------------------------------- */
+
+static void *xrealloc(void *p, size_t n)
+{
+        void *q = realloc(p, n);
+
+        if (!q)
+                abort(); /* like cs_xmalloc: nothing useful can be done without memory */
+        return q;
+}
+
+/* Reads all of fd (at most cap bytes) into a NUL-terminated buffer. Returns 0, or a negative
+ * errno (-EFBIG when the file is larger than cap). */
+static int read_fd_all(int fd, size_t cap, char **ret_buf, size_t *ret_len)
+{
+        size_t size = cap + 2 < 4096 ? cap + 2 : 4096, len = 0;
+        _cleanup_free_ char *buf = cs_xmalloc(size);
+
+        for (;;) {
+                ssize_t n;
+
+                if (len + 1 == size) {
+                        if (len > cap)
+                                return -EFBIG;
+                        /* Room for one byte over the cap, to tell "exactly cap" from "more". */
+                        size = size * 2 < cap + 2 ? size * 2 : cap + 2;
+                        buf = xrealloc(buf, size);
+                }
+                n = read(fd, buf + len, size - 1 - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        if (len > cap)
+                return -EFBIG;
+        buf[len] = '\0';
+        *ret_buf = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+/* Reads dir/name (dirfd is dir, which is only used in messages). Returns 0 with *ret_buf
+ * (NUL-terminated, caller frees), 1 when the file does not exist, -1 with *err. */
+static int read_file_at(int dirfd, const char *dir, const char *name, size_t cap, char **ret_buf,
+                        cs_error **err)
+{
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0;
+        int r;
+
+        fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
+        if (fd < 0) {
+                if (errno == ENOENT)
+                        return 1;
+                return cs_error_errno(err, errno, "opening %s/%s", dir, name);
+        }
+        r = read_fd_all(fd, cap, &buf, &len);
+        if (r == -EFBIG)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s/%s is larger than %zu bytes",
+                                    dir, name, cap);
+        if (r < 0)
+                return cs_error_errno(err, -r, "reading %s/%s", dir, name);
+        if (memchr(buf, '\0', len))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s/%s contains a NUL byte", dir,
+                                    name);
+        *ret_buf = TAKE_PTR(buf);
+        return 0;
+}
+
+/* ---- parsing ---------------------------------------------------------------------------- */
+
+/* Parses exactly the n bytes at s as an unsigned decimal: digits only, no sign, no spaces. */
+static int parse_u64(const char *s, size_t n, uint64_t *ret)
+{
+        uint64_t v = 0;
+
+        if (n == 0)
+                return -1;
+        for (size_t i = 0; i < n; i++) {
+                if (s[i] < '0' || s[i] > '9')
+                        return -1;
+                if (__builtin_mul_overflow(v, 10, &v) ||
+                    __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v))
+                        return -1;
+        }
+        *ret = v;
+        return 0;
+}
+
+static int parse_u64_str(const char *s, uint64_t *ret)
+{
+        return parse_u64(s, strlen(s), ret);
+}
+
+/* Cuts the next line out of *cursor (NUL-terminating it) and advances. NULL at the end. */
+static char *next_line(char **cursor)
+{
+        char *line = *cursor, *nl;
+
+        if (!line || *line == '\0')
+                return NULL;
+        nl = strchr(line, '\n');
+        if (nl) {
+                *nl = '\0';
+                *cursor = nl + 1;
+        } else {
+                *cursor = line + strlen(line);
+        }
+        return line;
+}
+
+/* Cuts the next space- or tab-separated field out of *cursor. NULL when none is left. */
+static char *next_field(char **cursor)
+{
+        char *p = *cursor + strspn(*cursor, " \t"), *end;
+
+        if (*p == '\0') {
+                *cursor = p;
+                return NULL;
+        }
+        end = p + strcspn(p, " \t");
+        if (*end != '\0')
+                *end++ = '\0';
+        *cursor = end;
+        return p;
+}
+
+/* "8:0", "253:16": the device fields of blkio and io.stat lines. */
+static bool is_devnum(const char *s)
+{
+        const char *colon = strchr(s, ':');
+        uint64_t v;
+
+        return colon && parse_u64(s, (size_t)(colon - s), &v) == 0 &&
+               parse_u64_str(colon + 1, &v) == 0;
+}
+
+static int add_counter(uint64_t *sum, uint64_t v, const char *dir, const char *name, cs_error **err)
+{
+        if (__builtin_add_overflow(*sum, v, sum))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s/%s: counter overflow", dir,
+                                    name);
+        return 0;
+}
+
+/* A file holding one decimal number ("12345\n"). *ret_present says whether the file exists;
+ * a missing file leaves *ret untouched. */
+static int read_u64_file(int dirfd, const char *dir, const char *name, uint64_t *ret,
+                         bool *ret_present, cs_error **err)
+{
+        _cleanup_free_ char *buf = NULL;
+        const char *value;
+        size_t n;
+        int r;
+
+        r = read_file_at(dirfd, dir, name, CGROUP_SMALL_FILE_MAX, &buf, err);
+        if (r < 0)
+                return -1;
+        if (ret_present)
+                *ret_present = r == 0;
+        if (r > 0)
+                return 0;
+        value = buf + strspn(buf, " \t\n");
+        n = strlen(value);
+        while (n > 0 && strchr(" \t\n", value[n - 1]))
+                n--;
+        if (parse_u64(value, n, ret) < 0)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "%s/%s: expected one decimal number, got \"%.*s\"", dir, name,
+                                    n < 32 ? (int)n : 32, value);
+        return 0;
+}
+
+typedef struct keyed_field {
+        const char *key; /* as it appears, including a trailing ':' in /proc/<pid>/io */
+        uint64_t *value;
+        bool required; /* the kernel always prints it: its absence means a malformed file */
+} keyed_field;
+
+/* Parses "key value" lines (cpu.stat, memory.events, memory.oom_control, /proc/<pid>/io),
+ * filling the fields asked for. Other keys are ignored; a wanted key with anything but one
+ * decimal value is an error. Returns 0, 1 when the file does not exist (fields untouched),
+ * or -1 with *err. */
+static int read_keyed_file(int dirfd, const char *dir, const char *name, const keyed_field *fields,
+                           size_t n_fields, cs_error **err)
+{
+        _cleanup_free_ char *buf = NULL;
+        char *cursor, *line;
+        uint64_t found = 0; /* bit i: fields[i] seen */
+        int r;
+
+        r = read_file_at(dirfd, dir, name, CGROUP_SMALL_FILE_MAX, &buf, err);
+        if (r != 0)
+                return r;
+        cursor = buf;
+        while ((line = next_line(&cursor))) {
+                char *key = next_field(&line), *value = next_field(&line);
+
+                if (!key)
+                        continue;
+                for (size_t i = 0; i < n_fields && i < 64; i++) {
+                        if (strcmp(key, fields[i].key) != 0)
+                                continue;
+                        if (!value || next_field(&line) ||
+                            parse_u64_str(value, fields[i].value) < 0)
+                                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                                    "%s/%s: bad value for %s", dir, name, key);
+                        found |= UINT64_C(1) << i;
+                }
+        }
+        for (size_t i = 0; i < n_fields && i < 64; i++)
+                if (fields[i].required && !(found & (UINT64_C(1) << i)))
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s/%s has no %s", dir, name,
+                                            fields[i].key);
+        return 0;
+}
+
+/* ---- locating cgroups ------------------------------------------------------------------- */
+
+/* Checks a cgroup path ("/compute/abc" or "compute/abc") and returns it relative to the
+ * hierarchy root ("." for the root cgroup). "." and ".." components are refused: the path
+ * names a cgroup, it must not climb out of the hierarchy. */
+static int cgroup_rel_path(const char *path, const char **ret_rel, cs_error **err)
+{
+        const char *rel, *p;
+
+        if (!path)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "no cgroup path");
+        if (strlen(path) >= CGROUP_PATH_MAX)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "cgroup path longer than %d bytes", CGROUP_PATH_MAX);
+        rel = path + strspn(path, "/");
+        for (p = rel; *p;) {
+                size_t n = strcspn(p, "/");
+
+                if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                            "cgroup path %s has a . or .. component", path);
+                p += n;
+                p += strspn(p, "/");
+        }
+        *ret_rel = *rel ? rel : ".";
+        return 0;
+}
+
+/* Where each hierarchy may be mounted under the root, in order of preference ("" is the root
+ * itself, as in v2). */
+static const char *const v1_cpuacct_names[] = { "cpuacct", "cpu,cpuacct", NULL };
+static const char *const v1_memory_names[] = { "memory", NULL };
+static const char *const v1_blkio_names[] = { "blkio", NULL };
+static const char *const v2_names[] = { "", NULL };
+
+/* Opens the directory of cgroup rel under root/<first of hierarchies that exists>. Returns 0
+ * with *ret_fd and *ret_dir (its path, for messages; caller frees), 1 when neither the
+ * hierarchy nor the cgroup exists, -1 with *err. */
+static int open_cgroup_dir(const cgroup_fs *fs, const char *const *hierarchies, const char *rel,
+                           int *ret_fd, char **ret_dir, cs_error **err)
+{
+        _cleanup_close_ int hier_fd = -1, fd = -1;
+        _cleanup_free_ char *hier = NULL;
+
+        for (; *hierarchies && hier_fd < 0; hierarchies++) {
+                free(hier);
+                hier = **hierarchies ? cs_xasprintf("%s/%s", fs->root, *hierarchies)
+                                     : cs_xstrdup(fs->root);
+                hier_fd = open(hier, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (hier_fd < 0 && errno != ENOENT)
+                        return cs_error_errno(err, errno, "opening %s", hier);
+        }
+        if (hier_fd < 0)
+                return 1;
+        fd = openat(hier_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) {
+                if (errno == ENOENT)
+                        return 1;
+                return cs_error_errno(err, errno, "opening cgroup %s/%s", hier, rel);
+        }
+        *ret_dir = strcmp(rel, ".") == 0 ? TAKE_PTR(hier) : cs_xasprintf("%s/%s", hier, rel);
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+/* The directory that proves the cgroup exists: v1's cpuacct cgroup, v2's cgroup. */
+static int open_main_dir(const cgroup_fs *fs, const char *path, int *ret_fd, char **ret_dir,
+                         cs_error **err)
+{
+        const char *rel;
+        int r;
+
+        if (cgroup_rel_path(path, &rel, err) < 0)
+                return -1;
+        r = open_cgroup_dir(fs, fs->version == CGROUP_V1 ? v1_cpuacct_names : v2_names, rel, ret_fd,
+                            ret_dir, err);
+        if (r > 0)
+                return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "cgroup %s does not exist under %s",
+                                    path, fs->root);
+        return r;
+}
+
+/* ---- detection -------------------------------------------------------------------------- */
+
+static bool is_dir_at(int dirfd, const char *name)
+{
+        struct stat st;
+
+        return fstatat(dirfd, name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Whether root/cgroup.controllers lists both cpu and memory. 1 yes, 0 no (or no such file),
+ * -1 with *err. */
+static int v2_has_cpu_and_memory(int root_fd, const char *root, cs_error **err)
+{
+        _cleanup_free_ char *buf = NULL;
+        bool cpu = false, memory = false;
+        char *cursor, *line, *field;
+        int r;
+
+        r = read_file_at(root_fd, root, "cgroup.controllers", CGROUP_SMALL_FILE_MAX, &buf, err);
+        if (r != 0)
+                return r < 0 ? -1 : 0;
+        cursor = buf;
+        while ((line = next_line(&cursor)))
+                while ((field = next_field(&line))) {
+                        cpu = cpu || strcmp(field, "cpu") == 0;
+                        memory = memory || strcmp(field, "memory") == 0;
+                }
+        return cpu && memory;
+}
+
+int cgroup_fs_detect(const char *root, cgroup_fs *ret, cs_error **err)
+{
+        _cleanup_close_ int root_fd = -1;
+        _cleanup_free_ char *clean = NULL;
+        struct statfs sfs;
+        bool is_cgroup2;
+        size_t n;
+        int r;
+
+        if (!root || !*root)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "no cgroup root");
+        clean = cs_xstrdup(root);
+        for (n = strlen(clean); n > 1 && clean[n - 1] == '/'; n--)
+                clean[n - 1] = '\0';
+
+        root_fd = open(clean, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root_fd < 0 || fstatfs(root_fd, &sfs) < 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION, "cgroup root %s: %s",
+                                    clean, strerror(errno));
+        /* The real v2 case is a cgroup2 mount; a fake tree in a test is a plain directory with
+         * the same files, so the files decide and the magic only sharpens the error. */
+        is_cgroup2 = sfs.f_type == CGROUP2_SUPER_MAGIC;
+
+        r = v2_has_cpu_and_memory(root_fd, clean, err);
+        if (r < 0)
+                return -1;
+        if (r > 0) {
+                ret->root = TAKE_PTR(clean);
+                ret->version = CGROUP_V2;
+                return 0;
+        }
+        if (is_cgroup2)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "cgroup root %s is a cgroup2 mount without both the cpu and "
+                                    "memory controllers",
+                                    clean);
+        if ((is_dir_at(root_fd, "cpuacct") || is_dir_at(root_fd, "cpu,cpuacct")) &&
+            is_dir_at(root_fd, "memory")) {
+                ret->root = TAKE_PTR(clean);
+                ret->version = CGROUP_V1;
+                return 0;
+        }
+        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                            "cgroup root %s holds neither a cgroup v2 hierarchy with cpu and "
+                            "memory nor cgroup v1 cpuacct and memory hierarchies",
+                            clean);
+}
+
+void cgroup_fs_free(cgroup_fs *fs)
+{
+        if (!fs)
+                return;
+        free(fs->root);
+        fs->root = NULL;
+}
+
+/* ---- cgroup_read ------------------------------------------------------------------------ */
+
+/* blkio.throttle.io_service_bytes and blkio.io_service_bytes:
+ *   8:0 Read 4890624
+ *   8:0 Write 20480
+ *   ... (Sync, Async, Discard, Total per device)
+ *   Total 4910592
+ * Adds the Read and Write lines of every device; *ret_devices counts device lines. */
+static int parse_v1_blkio(char *buf, const char *dir, const char *name, uint64_t *read_bytes,
+                          uint64_t *write_bytes, size_t *ret_devices, cs_error **err)
+{
+        char *cursor = buf, *line;
+        size_t devices = 0;
+
+        while ((line = next_line(&cursor))) {
+                char *f0 = next_field(&line), *f1 = next_field(&line), *f2 = next_field(&line);
+                uint64_t v;
+
+                if (!f0)
+                        continue;
+                if (strcmp(f0, "Total") == 0 && f1 && !f2 && parse_u64_str(f1, &v) == 0)
+                        continue;
+                if (!f2 || next_field(&line) || !is_devnum(f0) || parse_u64_str(f2, &v) < 0)
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                            "%s/%s: unexpected line \"%.64s\"", dir, name, f0);
+                devices++;
+                if (strcmp(f1, "Read") == 0 && add_counter(read_bytes, v, dir, name, err) < 0)
+                        return -1;
+                if (strcmp(f1, "Write") == 0 && add_counter(write_bytes, v, dir, name, err) < 0)
+                        return -1;
+        }
+        *ret_devices = devices;
+        return 0;
+}
+
+static int read_v1_blkio(int dirfd, const char *dir, cgroup_sample *s, cs_error **err)
+{
+        /* The throttle file counts every bio that passes the throttle layer; the others are
+         * kept by the I/O scheduler (CFQ-era kernels, and BFQ on current ones, which have no
+         * plain blkio.io_service_bytes). The first that names a device wins. */
+        static const char *const names[] = { "blkio.throttle.io_service_bytes",
+                                             "blkio.io_service_bytes",
+                                             "blkio.bfq.io_service_bytes" };
+
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                _cleanup_free_ char *buf = NULL;
+                uint64_t rd = 0, wr = 0;
+                size_t devices = 0;
+                int r;
+
+                r = read_file_at(dirfd, dir, names[i], CGROUP_LIST_FILE_MAX, &buf, err);
+                if (r < 0)
+                        return -1;
+                if (r > 0)
+                        continue;
+                if (parse_v1_blkio(buf, dir, names[i], &rd, &wr, &devices, err) < 0)
+                        return -1;
+                s->io_read_bytes = rd;
+                s->io_write_bytes = wr;
+                if (devices > 0)
+                        break;
+        }
+        return 0;
+}
+
+static int read_v1(const cgroup_fs *fs, const char *path, cgroup_sample *s, cs_error **err)
+{
+        _cleanup_close_ int cpu_fd = -1, mem_fd = -1, blkio_fd = -1;
+        _cleanup_free_ char *cpu_dir = NULL, *mem_dir = NULL, *blkio_dir = NULL;
+        const keyed_field oom[] = { { "oom_kill", &s->oom_kills, false } };
+        const char *rel;
+        int r;
+
+        if (open_main_dir(fs, path, &cpu_fd, &cpu_dir, err) < 0)
+                return -1;
+        if (read_u64_file(cpu_fd, cpu_dir, "cpuacct.usage", &s->cpu_ns, NULL, err) < 0)
+                return -1;
+        if (cgroup_rel_path(path, &rel, err) < 0)
+                return -1;
+
+        r = open_cgroup_dir(fs, v1_memory_names, rel, &mem_fd, &mem_dir, err);
+        if (r < 0)
+                return -1;
+        if (r == 0) {
+                if (read_u64_file(mem_fd, mem_dir, "memory.usage_in_bytes", &s->memory_bytes, NULL,
+                                  err) < 0 ||
+                    read_u64_file(mem_fd, mem_dir, "memory.max_usage_in_bytes",
+                                  &s->memory_peak_bytes, &s->has_peak, err) < 0 ||
+                    read_keyed_file(mem_fd, mem_dir, "memory.oom_control", oom, ARRAY_SIZE(oom),
+                                    err) < 0)
+                        return -1;
+        }
+
+        r = open_cgroup_dir(fs, v1_blkio_names, rel, &blkio_fd, &blkio_dir, err);
+        if (r < 0)
+                return -1;
+        if (r == 0 && read_v1_blkio(blkio_fd, blkio_dir, s, err) < 0)
+                return -1;
+        return 0;
+}
+
+/* io.stat: "8:0 rbytes=N wbytes=N rios=N wios=N dbytes=N dios=N" per device (the root cgroup
+ * may add cost.* keys); sums rbytes and wbytes. */
+static int read_v2_io(int dirfd, const char *dir, cgroup_sample *s, cs_error **err)
+{
+        _cleanup_free_ char *buf = NULL;
+        char *cursor, *line;
+        int r;
+
+        r = read_file_at(dirfd, dir, "io.stat", CGROUP_LIST_FILE_MAX, &buf, err);
+        if (r != 0)
+                return r < 0 ? -1 : 0;
+        cursor = buf;
+        while ((line = next_line(&cursor))) {
+                char *dev = next_field(&line), *kv;
+
+                if (!dev)
+                        continue;
+                if (!is_devnum(dev))
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                            "%s/io.stat: unexpected line \"%.64s\"", dir, dev);
+                while ((kv = next_field(&line))) {
+                        char *eq = strchr(kv, '=');
+                        uint64_t *sum = NULL, v;
+
+                        if (!eq)
+                                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                                    "%s/io.stat: unexpected field \"%.64s\"", dir,
+                                                    kv);
+                        *eq = '\0';
+                        if (strcmp(kv, "rbytes") == 0)
+                                sum = &s->io_read_bytes;
+                        else if (strcmp(kv, "wbytes") == 0)
+                                sum = &s->io_write_bytes;
+                        if (!sum)
+                                continue;
+                        if (parse_u64_str(eq + 1, &v) < 0)
+                                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                                    "%s/io.stat: bad value for %s on %s", dir, kv,
+                                                    dev);
+                        if (add_counter(sum, v, dir, "io.stat", err) < 0)
+                                return -1;
+                }
+        }
+        return 0;
+}
+
+static int read_v2(const cgroup_fs *fs, const char *path, cgroup_sample *s, cs_error **err)
+{
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *dir = NULL;
+        uint64_t usage_usec = 0;
+        const keyed_field cpu[] = { { "usage_usec", &usage_usec, true } };
+        const keyed_field events[] = { { "oom_kill", &s->oom_kills, false } };
+
+        if (open_main_dir(fs, path, &fd, &dir, err) < 0)
+                return -1;
+        if (read_keyed_file(fd, dir, "cpu.stat", cpu, ARRAY_SIZE(cpu), err) < 0)
+                return -1;
+        if (__builtin_mul_overflow(usage_usec, 1000, &s->cpu_ns))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s/cpu.stat: usage_usec overflows",
+                                    dir);
+        if (read_u64_file(fd, dir, "memory.current", &s->memory_bytes, NULL, err) < 0 ||
+            read_u64_file(fd, dir, "memory.peak", &s->memory_peak_bytes, &s->has_peak, err) < 0 ||
+            read_keyed_file(fd, dir, "memory.events", events, ARRAY_SIZE(events), err) < 0 ||
+            read_v2_io(fd, dir, s, err) < 0)
+                return -1;
+        return 0;
+}
+
+int cgroup_read(const cgroup_fs *fs, const char *path, cgroup_sample *ret, cs_error **err)
+{
+        cgroup_sample s = { 0 };
+        int r;
+
+        r = fs->version == CGROUP_V1 ? read_v1(fs, path, &s, err) : read_v2(fs, path, &s, err);
+        if (r < 0)
+                return -1;
+        *ret = s;
+        return 0;
+}
+
+/* ---- cgroup_reset_peak ------------------------------------------------------------------ */
+
+/* v2 (memory.peak, kernels >= 6.12): a write resets the high-water mark only for later reads
+ * through the same open file; every other reader, and every later open(), still sees the
+ * global peak since the cgroup was created (the kernel chose fd-local resets on purpose).
+ * This module keeps no fds between calls, so a v2 "reset" would have no visible effect on
+ * cgroup_read(): we report it as not supported (1) instead of claiming a reset. */
+int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err)
+{
+        _cleanup_close_ int main_fd = -1, mem_fd = -1, fd = -1;
+        _cleanup_free_ char *main_dir = NULL, *mem_dir = NULL;
+        const char *rel;
+        ssize_t n;
+        int r;
+
+        if (open_main_dir(fs, path, &main_fd, &main_dir, err) < 0)
+                return -1;
+        if (fs->version == CGROUP_V2)
+                return 1;
+
+        if (cgroup_rel_path(path, &rel, err) < 0)
+                return -1;
+        r = open_cgroup_dir(fs, v1_memory_names, rel, &mem_fd, &mem_dir, err);
+        if (r != 0)
+                return r; /* 1: no memory cgroup, nothing to reset */
+        fd = openat(mem_fd, "memory.max_usage_in_bytes",
+                    O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
+        if (fd < 0) {
+                if (errno == ENOENT)
+                        return 1;
+                return cs_error_errno(err, errno, "opening %s/memory.max_usage_in_bytes", mem_dir);
+        }
+        /* Any write resets the v1 watermark to the current usage. */
+        do
+                n = write(fd, "0", 1);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return cs_error_errno(err, errno, "writing %s/memory.max_usage_in_bytes", mem_dir);
+        if (n != 1)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "short write to %s/memory.max_usage_in_bytes", mem_dir);
+        return 0;
+}
+
+/* ---- cgroup_pids ------------------------------------------------------------------------ */
+
+static int pid_cmp(const void *a, const void *b)
+{
+        pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+        return (x > y) - (x < y);
+}
+
+int cgroup_pids(const cgroup_fs *fs, const char *path, pid_t **ret, size_t *ret_n, cs_error **err)
+{
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *dir = NULL, *buf = NULL;
+        _cleanup_free_ pid_t *pids = NULL;
+        size_t n = 0, cap = 0, out = 0;
+        char *cursor, *line;
+        int r;
+
+        if (open_main_dir(fs, path, &fd, &dir, err) < 0)
+                return -1;
+        r = read_file_at(fd, dir, "cgroup.procs", CGROUP_LIST_FILE_MAX, &buf, err);
+        if (r < 0)
+                return -1;
+        cursor = r == 0 ? buf : NULL;
+        while ((line = next_line(&cursor))) {
+                char *field = next_field(&line);
+                uint64_t v;
+
+                if (!field)
+                        continue;
+                if (next_field(&line) || parse_u64_str(field, &v) < 0 || v == 0 || v > INT_MAX)
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                            "%s/cgroup.procs: bad pid \"%.32s\"", dir, field);
+                if (n == cap) {
+                        cap = cap ? cap * 2 : 16;
+                        pids = xrealloc(pids, cap * sizeof(*pids));
+                }
+                pids[n++] = (pid_t)v;
+        }
+        /* v1 cgroup.procs may be unsorted and hold duplicates; hand out a clean set. */
+        if (n > 0)
+                qsort(pids, n, sizeof(*pids), pid_cmp);
+        for (size_t i = 0; i < n; i++)
+                if (out == 0 || pids[out - 1] != pids[i])
+                        pids[out++] = pids[i];
+        *ret = TAKE_PTR(pids);
+        *ret_n = out;
+        return 0;
+}
+
+/* ---- /proc ------------------------------------------------------------------------------ */
+
+/* Opens proc_root/<pid> for reading the files below it. */
+static int open_proc_pid(const char *proc_root, pid_t pid, int *ret_fd, char **ret_dir,
+                         cs_error **err)
+{
+        _cleanup_free_ char *dir = NULL;
+        int fd;
+
+        if (!proc_root || pid <= 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "bad pid %d", (int)pid);
+        dir = cs_xasprintf("%s/%d", proc_root, (int)pid);
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return cs_error_errno(err, errno, "opening %s", dir); /* ENOENT: NOT_FOUND */
+        *ret_fd = fd;
+        *ret_dir = TAKE_PTR(dir);
+        return 0;
+}
+
+int proc_read_io(const char *proc_root, pid_t pid, proc_io *ret, cs_error **err)
+{
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *dir = NULL;
+        proc_io io = { 0 };
+        const keyed_field fields[] = {
+                { "rchar:", &io.rchar, true },
+                { "wchar:", &io.wchar, true },
+                /* Only with CONFIG_TASK_IO_ACCOUNTING. */
+                { "read_bytes:", &io.read_bytes, false },
+                { "write_bytes:", &io.write_bytes, false },
+        };
+        int r;
+
+        if (open_proc_pid(proc_root, pid, &fd, &dir, err) < 0)
+                return -1;
+        /* ESRCH from read() (the pid exited after open) maps to NOT_FOUND too. */
+        r = read_keyed_file(fd, dir, "io", fields, ARRAY_SIZE(fields), err);
+        if (r < 0)
+                return -1;
+        if (r > 0)
+                return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "%s/io does not exist", dir);
+        *ret = io;
+        return 0;
+}
+
+/* One "iface: rx_bytes rx_packets ... (8 rx fields) tx_bytes ... (8 tx fields)" line. The
+ * kernel prints "%6s:%8llu", so a wide counter can follow the colon without a space. */
+static int parse_net_dev_line(char *line, const char *dir, uint64_t *rx, uint64_t *tx,
+                              cs_error **err)
+{
+        char *colon = strchr(line, ':'), *name, *cursor, *field;
+        uint64_t values[16];
+        size_t n = 0;
+
+        if (!colon)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "%s/net/dev: unexpected line \"%.64s\"", dir, line);
+        *colon = '\0';
+        cursor = line;
+        name = next_field(&cursor);
+        if (!name || next_field(&cursor))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s/net/dev: bad interface name",
+                                    dir);
+        cursor = colon + 1;
+        while ((field = next_field(&cursor)) && n < ARRAY_SIZE(values))
+                if (parse_u64_str(field, &values[n++]) < 0)
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                            "%s/net/dev: bad counter for %s", dir, name);
+        if (n < ARRAY_SIZE(values))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "%s/net/dev: %zu counters for %s, expected 16", dir, n, name);
+        if (strcmp(name, "lo") == 0)
+                return 0;
+        if (add_counter(rx, values[0], dir, "net/dev", err) < 0 ||
+            add_counter(tx, values[8], dir, "net/dev", err) < 0)
+                return -1;
+        return 0;
+}
+
+int proc_read_net(const char *proc_root, pid_t pid, uint64_t *ret_rx, uint64_t *ret_tx,
+                  cs_error **err)
+{
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *dir = NULL, *buf = NULL;
+        uint64_t rx = 0, tx = 0;
+        char *cursor, *line;
+        int r, lineno = 0;
+
+        if (open_proc_pid(proc_root, pid, &fd, &dir, err) < 0)
+                return -1;
+        r = read_file_at(fd, dir, "net/dev", CGROUP_LIST_FILE_MAX, &buf, err);
+        if (r < 0)
+                return -1;
+        if (r > 0)
+                return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "%s/net/dev does not exist", dir);
+        cursor = buf;
+        while ((line = next_line(&cursor))) {
+                if (++lineno <= 2)
+                        continue; /* "Inter-|   Receive ..." and " face |bytes ..." */
+                if (line[strspn(line, " \t")] == '\0')
+                        continue;
+                if (parse_net_dev_line(line, dir, &rx, &tx, err) < 0)
+                        return -1;
+        }
+        if (lineno < 2)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s/net/dev: no header", dir);
+        *ret_rx = rx;
+        *ret_tx = tx;
+        return 0;
+}

@@ -1,0 +1,420 @@
+/* Exec: see exec.h.
+ *
+ * Two threads per exec. The caller's thread moves output from the pipes to the sink and
+ * watches for the end (the host process's pidfd), the cancel fd and the timeout. A terminator
+ * thread, started only when the exec must be stopped, delivers SIGTERM, waits the grace
+ * period and SIGKILLs what is left: it must not depend on the sink, which may be blocked on
+ * a client that stopped reading. */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "util.h"
+
+static const char *const base_env[] = {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/root",
+        "LANG=C.UTF-8",
+};
+
+int exec_validate(const exec_request *req, cs_error **err)
+{
+        size_t bytes = 0;
+
+        if (!req->command || !req->command[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "command is empty");
+        if (req->n_args + 1 > EXEC_MAX_ARGS)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "more than %d arguments",
+                                    EXEC_MAX_ARGS - 1);
+        if (req->n_env > EXEC_MAX_ENV)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "more than %d environment variables", EXEC_MAX_ENV);
+        bytes += strlen(req->command) + 1;
+        for (size_t i = 0; i < req->n_args; i++)
+                bytes += strlen(req->args[i]) + 1;
+        for (size_t i = 0; i < req->n_env; i++) {
+                const char *k = req->env_keys[i];
+                if (!k[0] || strchr(k, '='))
+                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                            "environment variable name '%.64s' is empty or "
+                                            "contains '='",
+                                            k);
+                bytes += strlen(k) + strlen(req->env_values[i]) + 2;
+        }
+        if (bytes > EXEC_MAX_ARGV_BYTES)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "command, arguments and environment exceed %d bytes",
+                                    EXEC_MAX_ARGV_BYTES);
+        if (req->working_dir && req->working_dir[0] && req->working_dir[0] != '/')
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "working_dir must be an absolute path");
+        return 0;
+}
+
+/* argv and envp for the process; the strings are borrowed from req. */
+static void build_vectors(const exec_request *req, char ***ret_argv, char ***ret_env)
+{
+        char **argv = cs_xcalloc(req->n_args + 2, sizeof(*argv));
+        size_t n_base = ARRAY_SIZE(base_env);
+        char **env = cs_xcalloc(n_base + req->n_env + 1, sizeof(*env));
+        size_t n = 0;
+
+        argv[0] = (char *)req->command;
+        for (size_t i = 0; i < req->n_args; i++)
+                argv[i + 1] = req->args[i];
+        /* The request's variables override the base ones of the same name. */
+        for (size_t i = 0; i < n_base; i++) {
+                size_t klen = strcspn(base_env[i], "=");
+                bool overridden = false;
+                for (size_t j = 0; j < req->n_env && !overridden; j++)
+                        overridden = strlen(req->env_keys[j]) == klen &&
+                                     strncmp(req->env_keys[j], base_env[i], klen) == 0;
+                if (!overridden)
+                        env[n++] = cs_xstrdup(base_env[i]);
+        }
+        for (size_t i = 0; i < req->n_env; i++)
+                env[n++] = cs_xasprintf("%s=%s", req->env_keys[i], req->env_values[i]);
+        *ret_argv = argv;
+        *ret_env = env;
+}
+
+static void free_env(char **env)
+{
+        for (char **e = env; e && *e; e++)
+                free(*e);
+        free(env);
+}
+
+/* --- stopping an exec ------------------------------------------------------------------ */
+
+typedef struct terminator {
+        runtime *rt;
+        const char *container_id;
+        const rt_exec *ex;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool exited;  /* the host process has ended */
+        int last_sig; /* the last signal delivered */
+        pthread_t thread;
+        bool started;
+} terminator;
+
+/* The in-sandbox pid, waiting briefly for runsc to report it. 0 if it never does. */
+static int wait_internal_pid(terminator *t)
+{
+        for (int i = 0; i < 200; i++) {
+                int pid = rt_exec_internal_pid(t->ex);
+                bool exited;
+
+                if (pid > 0)
+                        return pid;
+                pthread_mutex_lock(&t->lock);
+                exited = t->exited;
+                pthread_mutex_unlock(&t->lock);
+                if (exited)
+                        return 0;
+                usleep(10 * 1000);
+        }
+        return 0;
+}
+
+/* Waits until the host process exits or timeout_ms passes. Returns whether it exited. */
+static bool wait_exited(terminator *t, int64_t timeout_ms)
+{
+        int64_t deadline = cs_now_monotonic_ms() + timeout_ms;
+        bool exited;
+
+        pthread_mutex_lock(&t->lock);
+        while (!t->exited) {
+                struct timespec ts = { .tv_sec = deadline / 1000,
+                                       .tv_nsec = (deadline % 1000) * 1000000 };
+                if (pthread_cond_timedwait(&t->cond, &t->lock, &ts) == ETIMEDOUT)
+                        break;
+        }
+        exited = t->exited;
+        pthread_mutex_unlock(&t->lock);
+        return exited;
+}
+
+static void *terminator_main(void *arg)
+{
+        terminator *t = arg;
+        int pid = wait_internal_pid(t);
+        rt_proc *procs = NULL;
+        size_t n = 0;
+        cs_error *err = NULL;
+
+        if (pid <= 0)
+                return NULL;
+        /* Remember the tree before it is touched: children may outlive their parent. */
+        if (t->rt->ops->processes(t->rt, t->container_id, &procs, &n, &err) < 0)
+                cs_error_freep(&err);
+        if (t->rt->ops->signal(t->rt, t->container_id, pid, SIGTERM, &err) < 0)
+                cs_error_freep(&err);
+        else
+                __atomic_store_n(&t->last_sig, SIGTERM, __ATOMIC_SEQ_CST);
+
+        if (!wait_exited(t, EXEC_KILL_GRACE_MS)) {
+                if (rt_kill_tree(t->rt, t->container_id, pid, SIGKILL, &err) < 0)
+                        cs_error_freep(&err);
+                __atomic_store_n(&t->last_sig, SIGKILL, __ATOMIC_SEQ_CST);
+        }
+        /* Whatever the exec started and is still there goes too. */
+        for (size_t i = 0; i < n; i++) {
+                bool descendant = procs[i].pid == pid;
+                for (int up = procs[i].ppid, hops = 0; !descendant && up > 1 && hops < 64; hops++) {
+                        descendant = up == pid;
+                        for (size_t j = 0; j < n && !descendant; j++) {
+                                if (procs[j].pid == up) {
+                                        up = procs[j].ppid;
+                                        break;
+                                }
+                        }
+                        if (!descendant && up == procs[i].ppid)
+                                break;
+                }
+                if (descendant && procs[i].pid != pid &&
+                    t->rt->ops->signal(t->rt, t->container_id, procs[i].pid, SIGKILL, &err) < 0)
+                        cs_error_freep(&err);
+        }
+        free(procs);
+        return NULL;
+}
+
+static void terminator_start(terminator *t)
+{
+        if (t->started)
+                return;
+        t->started = pthread_create(&t->thread, NULL, terminator_main, t) == 0;
+}
+
+static void terminator_finish(terminator *t)
+{
+        pthread_mutex_lock(&t->lock);
+        t->exited = true;
+        pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->lock);
+        if (t->started)
+                pthread_join(t->thread, NULL);
+}
+
+/* --- moving output --------------------------------------------------------------------- */
+
+typedef struct pump {
+        const exec_sink *sink;
+        bool sink_ok; /* false once the client is gone: output is drained and dropped */
+        uint8_t buf[EXEC_CHUNK];
+} pump;
+
+/* Reads one chunk from fd and hands it to the sink. Returns false at EOF. */
+static bool pump_once(pump *p, int fd, int stream)
+{
+        ssize_t n = read(fd, p->buf, sizeof(p->buf));
+        cs_error *err = NULL;
+
+        if (n < 0)
+                return errno == EINTR || errno == EAGAIN;
+        if (n == 0)
+                return false;
+        if (p->sink_ok && p->sink->write(p->sink->userdata, stream, p->buf, (size_t)n, &err) < 0) {
+                p->sink_ok = false;
+                cs_error_free(err);
+        }
+        return true;
+}
+
+/* After the host process is gone, what is left in the pipes is read for a short while; a
+ * background process that keeps them open does not hold the exec. */
+#define EXEC_DRAIN_MS 200
+
+typedef enum stop_reason {
+        STOP_NONE,
+        STOP_CANCEL,
+        STOP_TIMEOUT,
+} stop_reason;
+
+/* The poll loop. Returns when the host process has exited. */
+static stop_reason pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t deadline,
+                            terminator *t)
+{
+        int fds[2] = { out_fd, err_fd };
+        bool open[2] = { true, true }, exited = false;
+        int64_t drain_until = 0;
+        stop_reason why = STOP_NONE;
+
+        while (open[0] || open[1]) {
+                struct pollfd pf[4] = {
+                        { .fd = open[0] ? fds[0] : -1, .events = POLLIN },
+                        { .fd = open[1] ? fds[1] : -1, .events = POLLIN },
+                        { .fd = exited ? -1 : pidfd, .events = POLLIN },
+                        { .fd = why == STOP_NONE ? p->sink->cancel_fd : -1, .events = POLLIN },
+                };
+                int64_t now = cs_now_monotonic_ms();
+                int64_t until = exited ? drain_until : (why == STOP_NONE ? deadline : INT64_MAX);
+                int timeout = until == INT64_MAX ? -1 : (int)(until > now ? until - now : 0);
+
+                if (exited && now >= drain_until)
+                        break;
+                if (!exited && why == STOP_NONE && now >= deadline) {
+                        why = STOP_TIMEOUT;
+                        terminator_start(t);
+                        continue;
+                }
+                if (poll(pf, 4, timeout) < 0 && errno != EINTR)
+                        break;
+                for (int i = 0; i < 2; i++) {
+                        if (pf[i].revents && !pump_once(p, fds[i], i + 1))
+                                open[i] = false;
+                }
+                if (pf[2].revents) {
+                        exited = true;
+                        drain_until = cs_now_monotonic_ms() + EXEC_DRAIN_MS;
+                }
+                if ((pf[3].revents || !p->sink_ok) && why == STOP_NONE) {
+                        why = STOP_CANCEL;
+                        terminator_start(t);
+                }
+        }
+        if (!exited) {
+                struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+                while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+                        ;
+        }
+        return why;
+}
+
+/* --- exit ------------------------------------------------------------------------------ */
+
+static void classify_exit(int status, stop_reason why, int last_sig, bool oom, exec_result *r)
+{
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+
+        r->cancelled = why == STOP_CANCEL;
+        r->timed_out = why == STOP_TIMEOUT;
+        r->oom_killed = oom;
+        /* runsc exec exits 128+n for a process killed by signal n. */
+        if (code > 128 && code <= 128 + 64)
+                r->signal = code - 128;
+        if (why != STOP_NONE) {
+                r->exit_code = -1;
+                if (!r->signal && last_sig)
+                        r->signal = last_sig;
+        } else {
+                r->exit_code = code;
+        }
+        if (oom) {
+                /* The kernel's OOM killer sends SIGKILL; runsc may fail to report any status
+                 * when it took the whole sandbox down. */
+                r->signal = SIGKILL;
+                if (why == STOP_NONE)
+                        r->exit_code = 128 + SIGKILL;
+        }
+}
+
+static int make_pipe(int fds[2], cs_error **err)
+{
+        if (pipe2(fds, O_CLOEXEC) < 0)
+                return cs_error_errno(err, errno, "pipe");
+        fcntl(fds[0], F_SETFL, O_NONBLOCK);
+        return 0;
+}
+
+int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req,
+             const exec_sink *sink, exec_result *ret, cs_error **err)
+{
+        int out[2] = { -1, -1 }, errp[2] = { -1, -1 };
+        _cleanup_close_ int pidfd = -1;
+        _cleanup_free_ char **argv = NULL;
+        _cleanup_free_ pump *p = NULL;
+        char **env = NULL;
+        int64_t timeout = req->timeout_ms > 0 && req->timeout_ms < EXEC_MAX_TIMEOUT_MS
+                                  ? req->timeout_ms
+                                  : EXEC_MAX_TIMEOUT_MS;
+        int64_t start;
+        rt_exec ex = { 0 };
+        terminator t = { .rt = rt, .container_id = sb_container_id(sb), .ex = &ex };
+        sb_window *w;
+        stop_reason why;
+        int status = 0, r = -1;
+        bool oom = false;
+
+        if (make_pipe(out, err) < 0 || make_pipe(errp, err) < 0)
+                goto out;
+        build_vectors(req, &argv, &env);
+        {
+                rt_exec_spec spec = {
+                        .container_id = sb_container_id(sb),
+                        .argv = argv,
+                        .env = env,
+                        .cwd = req->working_dir && req->working_dir[0] ? req->working_dir
+                                                                       : sb_mount_path(sb),
+                        .scratch_dir = sb_dir(sb),
+                        .stdout_fd = out[1],
+                        .stderr_fd = errp[1],
+                };
+                w = sb_window_begin(reg, sb);
+                start = cs_now_monotonic_ms();
+                if (rt->ops->exec(rt, &spec, &ex, err) < 0) {
+                        usage_metrics ignored;
+                        sb_window_end(reg, sb, w, &ignored, &oom);
+                        goto out;
+                }
+        }
+        close(TAKE_FD(out[1]));
+        close(TAKE_FD(errp[1]));
+        pidfd = (int)syscall(SYS_pidfd_open, ex.host_pid, 0);
+        if (pidfd < 0)
+                abort(); /* kernels before 5.3 are not supported; the child is ours */
+
+        pthread_mutex_init(&t.lock, NULL);
+        {
+                pthread_condattr_t ca; /* deadlines are on the monotonic clock */
+                pthread_condattr_init(&ca);
+                pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+                pthread_cond_init(&t.cond, &ca);
+                pthread_condattr_destroy(&ca);
+        }
+        p = cs_xcalloc(1, sizeof(*p));
+        p->sink = sink;
+        p->sink_ok = true;
+        why = pump_all(p, out[0], errp[0], pidfd, start + timeout, &t);
+        proc_wait(ex.host_pid, &status, err);
+        ret->wall_ms = cs_now_monotonic_ms() - start;
+        terminator_finish(&t);
+
+        sb_window_end(reg, sb, w, &ret->usage, &oom);
+        classify_exit(status, why, __atomic_load_n(&t.last_sig, __ATOMIC_SEQ_CST), oom, ret);
+        if (oom) {
+                /* On gVisor the OOM killer usually takes the sandbox itself (its Sentry holds
+                 * all the memory): say so now rather than at the next status check. */
+                rt_state st = RT_RUNNING;
+                cs_error *ignored = NULL;
+                if (rt->ops->state(rt, sb_container_id(sb), &st, NULL, &ignored) < 0)
+                        cs_error_free(ignored);
+                else if (st != RT_RUNNING)
+                        sb_mark_failed(reg, sb, "the sandbox ran out of memory");
+        }
+        pthread_cond_destroy(&t.cond);
+        pthread_mutex_destroy(&t.lock);
+        cs_error_freep(err); /* a wait failure leaves status 0: nothing more to say */
+        r = 0;
+out:
+        rt_exec_free(&ex);
+        free_env(env);
+        for (int i = 0; i < 2; i++) {
+                if (out[i] >= 0)
+                        close(out[i]);
+                if (errp[i] >= 0)
+                        close(errp[i]);
+        }
+        return r;
+}

@@ -1,0 +1,67 @@
+/* Running a command in a sandbox with its output streamed as it comes.
+ *
+ * Output: stdout and stderr are read from two pipes in chunks of at most EXEC_CHUNK bytes and
+ * handed to the sink as soon as they arrive (no waiting for newlines). The sink blocks while
+ * the client is slow, and nothing is read meanwhile: the pipes fill and the process blocks in
+ * write(2). Memory per exec is one chunk, whatever the output volume.
+ *
+ * Ending: the process's exit (its code; a signal death as 128+n and `signal` = n, which is
+ * all runsc reports), a cancel (the sink's cancel fd, or the sink failing because the client
+ * went away) or the timeout: SIGTERM to the process in the sandbox, SIGKILL to it and every
+ * process it started EXEC_KILL_GRACE_MS later if it still runs, exit_code -1.
+ *
+ * Usage: the sandbox's accounting over the exec's window (sandbox.h). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "runtime.h"
+#include "sandbox.h"
+
+#define EXEC_CHUNK          (64 * 1024)
+#define EXEC_KILL_GRACE_MS  10000
+#define EXEC_MAX_TIMEOUT_MS (600 * 1000)
+#define EXEC_MAX_ARGS       4096      /* command + args */
+#define EXEC_MAX_ENV        1024      /* entries */
+#define EXEC_MAX_ARGV_BYTES (1 << 20) /* command, args and env together */
+
+typedef struct exec_request {
+        const char *command;
+        char *const *args; /* n_args strings */
+        size_t n_args;
+        char *const *env_keys, *const *env_values; /* n_env pairs */
+        size_t n_env;
+        const char *working_dir; /* NULL or "": the sandbox's mount_path */
+        int64_t timeout_ms;      /* <= 0 or above the cap: EXEC_MAX_TIMEOUT_MS */
+} exec_request;
+
+typedef struct exec_result {
+        int exit_code; /* -1 when cancelled or timed out */
+        int signal;    /* the signal that ended the process, 0 if none */
+        bool cancelled, timed_out, oom_killed;
+        int64_t wall_ms;
+        usage_metrics usage;
+} exec_result;
+
+enum {
+        EXEC_STDOUT = 1,
+        EXEC_STDERR = 2
+};
+
+typedef struct exec_sink {
+        /* Sends one chunk; blocks while the client is slow. -1 when the client is gone. */
+        int (*write)(void *userdata, int stream, const uint8_t *data, size_t len, cs_error **err);
+        void *userdata;
+        int cancel_fd; /* readable once the caller cancelled; -1: none */
+} exec_sink;
+
+/* Checks the request against the caps (INVALID_ARGUMENT). */
+int exec_validate(const exec_request *req, cs_error **err);
+
+/* Runs req in sb (which the caller holds) and fills *ret. Fails only when the process could
+ * not be started; everything after that ends in *ret. */
+int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req,
+             const exec_sink *sink, exec_result *ret, cs_error **err);

@@ -1,0 +1,250 @@
+#include "proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* In the child: never returns. Only async-signal-safe calls. */
+static void child_exec(char *const argv[], const proc_spawn_opts *opts, pid_t parent)
+{
+        int fds[3] = { opts->stdin_fd, opts->stdout_fd, opts->stderr_fd };
+        sigset_t none;
+        int devnull = -1;
+
+        if (opts->die_with_parent) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != parent)
+                        _exit(127);
+        }
+        for (int i = 0; i < 3; i++) {
+                if (fds[i] < 0) {
+                        if (devnull < 0)
+                                devnull = open("/dev/null", O_RDWR);
+                        fds[i] = devnull;
+                }
+        }
+        /* Move the fds out of 0..2 first, so one dup2 cannot clobber another's source. */
+        for (int i = 0; i < 3; i++) {
+                if (fds[i] >= 0 && fds[i] < 3)
+                        fds[i] = fcntl(fds[i], F_DUPFD, 3);
+        }
+        for (int i = 0; i < 3; i++) {
+                if (fds[i] < 0 || dup2(fds[i], i) < 0)
+                        _exit(127);
+        }
+        syscall(SYS_close_range, 3, ~0U, 0);
+        for (int sig = 1; sig < NSIG; sig++)
+                signal(sig, SIG_DFL);
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvp(argv[0], argv);
+        _exit(127);
+}
+
+int proc_spawn(char *const argv[], const proc_spawn_opts *opts, pid_t *ret_pid, cs_error **err)
+{
+        pid_t parent = getpid();
+        pid_t pid = fork();
+
+        if (pid < 0)
+                return cs_error_errno(err, errno, "cannot start %s", argv[0]);
+        if (pid == 0)
+                child_exec(argv, opts, parent);
+        *ret_pid = pid;
+        return 0;
+}
+
+int proc_wait(pid_t pid, int *ret_status, cs_error **err)
+{
+        while (waitpid(pid, ret_status, 0) < 0) {
+                if (errno != EINTR)
+                        return cs_error_errno(err, errno, "waitpid %d", (int)pid);
+        }
+        return 0;
+}
+
+const char *proc_status_str(int status, char *buf, size_t size)
+{
+        if (WIFEXITED(status))
+                snprintf(buf, size, "exited %d", WEXITSTATUS(status));
+        else if (WIFSIGNALED(status))
+                snprintf(buf, size, "killed by %s",
+                         sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status))
+                                                        : "a signal");
+        else
+                snprintf(buf, size, "status 0x%x", status);
+        return buf;
+}
+
+/* A bounded buffer that keeps the first `max` bytes of a stream and drops the rest. */
+typedef struct sink {
+        char *buf;
+        size_t len, max;
+} sink;
+
+static void sink_read(sink *s, int fd, bool *open)
+{
+        char tmp[16384];
+        ssize_t n = read(fd, tmp, sizeof(tmp));
+
+        if (n <= 0) {
+                if (n == 0 || (errno != EINTR && errno != EAGAIN))
+                        *open = false;
+                return;
+        }
+        if (s->len < s->max) {
+                size_t keep = (size_t)n < s->max - s->len ? (size_t)n : s->max - s->len;
+                memcpy(s->buf + s->len, tmp, keep);
+                s->len += keep;
+        }
+}
+
+/* Reads both pipes until they close or the deadline passes. Returns false on timeout. */
+static bool collect(int out_fd, int err_fd, sink *out, sink *errs, int64_t deadline)
+{
+        bool out_open = true, err_open = true;
+
+        while (out_open || err_open) {
+                struct pollfd p[2] = { { .fd = out_open ? out_fd : -1, .events = POLLIN },
+                                       { .fd = err_open ? err_fd : -1, .events = POLLIN } };
+                int64_t left = deadline - cs_now_monotonic_ms();
+                if (left <= 0)
+                        return false;
+                if (poll(p, 2, (int)(left > 60000 ? 60000 : left)) < 0 && errno != EINTR)
+                        return false;
+                if (p[0].revents)
+                        sink_read(out, out_fd, &out_open);
+                if (p[1].revents)
+                        sink_read(errs, err_fd, &err_open);
+        }
+        return true;
+}
+
+int proc_run(char *const argv[], int64_t timeout_ms, char **ret_out, cs_error **err)
+{
+        int out_pipe[2] = { -1, -1 }, err_pipe[2] = { -1, -1 };
+        sink out = { .max = PROC_OUTPUT_MAX }, errs = { .max = 4096 };
+        proc_spawn_opts opts = { .stdin_fd = -1 };
+        bool done;
+        pid_t pid;
+        int status, r = -1;
+        char what[64];
+
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
+                cs_error_errno(err, errno, "pipe");
+                goto out;
+        }
+        opts.stdout_fd = out_pipe[1];
+        opts.stderr_fd = err_pipe[1];
+        opts.die_with_parent = true;
+        if (proc_spawn(argv, &opts, &pid, err) < 0)
+                goto out;
+        close(TAKE_FD(out_pipe[1]));
+        close(TAKE_FD(err_pipe[1]));
+        out.buf = cs_xmalloc(out.max + 1);
+        errs.buf = cs_xmalloc(errs.max + 1);
+        done = collect(out_pipe[0], err_pipe[0], &out, &errs, cs_now_monotonic_ms() + timeout_ms);
+        if (!done)
+                kill(pid, SIGKILL);
+        if (proc_wait(pid, &status, err) < 0)
+                goto out;
+        out.buf[out.len] = '\0';
+        errs.buf[errs.len] = '\0';
+        if (!done) {
+                cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
+                             "%s %s: no answer in %" PRId64 " ms", argv[0], argv[1] ? argv[1] : "",
+                             timeout_ms);
+                goto out;
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                errs.buf[strcspn(errs.buf, "\n")] = '\0';
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: %s%s%s", argv[0],
+                             proc_status_str(status, what, sizeof(what)), errs.len ? ": " : "",
+                             errs.buf);
+                goto out;
+        }
+        if (ret_out)
+                *ret_out = TAKE_PTR(out.buf);
+        r = 0;
+out:
+        for (int i = 0; i < 2; i++) {
+                if (out_pipe[i] >= 0)
+                        close(out_pipe[i]);
+                if (err_pipe[i] >= 0)
+                        close(err_pipe[i]);
+        }
+        free(out.buf);
+        free(errs.buf);
+        return r;
+}
+
+/* The last non-empty line of the file at path (at most size-1 bytes of it). */
+static void last_line(const char *path, char *buf, size_t size)
+{
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        off_t off;
+        ssize_t n;
+
+        buf[0] = '\0';
+        if (fd < 0)
+                return;
+        if (fstat(fd, &st) == 0) {
+                off = st.st_size > (off_t)size - 1 ? st.st_size - ((off_t)size - 1) : 0;
+                n = pread(fd, buf, size - 1, off);
+                buf[n > 0 ? n : 0] = '\0';
+                while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+                        buf[--n] = '\0';
+                if (strrchr(buf, '\n'))
+                        memmove(buf, strrchr(buf, '\n') + 1, strlen(strrchr(buf, '\n')));
+        }
+        close(fd);
+}
+
+int proc_run_detached(char *const argv[], int64_t timeout_ms, const char *log_path, cs_error **err)
+{
+        _cleanup_close_ int log_fd = -1, pidfd = -1;
+        proc_spawn_opts opts = { .stdin_fd = -1 };
+        struct pollfd pf;
+        pid_t pid;
+        int status, r;
+        char what[64], line[512];
+
+        log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (log_fd < 0)
+                return cs_error_errno(err, errno, "cannot open %s", log_path);
+        opts.stdout_fd = opts.stderr_fd = log_fd;
+        if (proc_spawn(argv, &opts, &pid, err) < 0)
+                return -1;
+        pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        pf = (struct pollfd){ .fd = pidfd, .events = POLLIN };
+        do
+                r = poll(&pf, 1, timeout_ms > INT32_MAX ? INT32_MAX : (int)timeout_ms);
+        while (r < 0 && errno == EINTR);
+        if (r == 0)
+                kill(pid, SIGKILL);
+        if (proc_wait(pid, &status, err) < 0)
+                return -1;
+        if (r == 0)
+                return cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                    "%s: no answer in %" PRId64 " ms", argv[0], timeout_ms);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                last_line(log_path, line, sizeof(line));
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: %s%s%s", argv[0],
+                                    proc_status_str(status, what, sizeof(what)),
+                                    line[0] ? ": " : "", line);
+        }
+        return 0;
+}

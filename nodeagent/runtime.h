@@ -1,0 +1,102 @@
+/* The node agent's runtime seam: how sandbox containers are created, inspected, exec'd into,
+ * signalled and destroyed. One ops table per backend; runsc (gVisor) is the one built now.
+ * Finding a sandbox's container (its id, workspace and cgroup) is not part of this seam: the
+ * registry (local mode) or the kube discovery does that and hands the ids in. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+typedef enum rt_state {
+        RT_ABSENT,  /* no such container */
+        RT_CREATED, /* created, not started yet */
+        RT_RUNNING,
+        RT_STOPPED, /* its init has exited */
+} rt_state;
+
+typedef struct rt_sandbox_spec {
+        const char *container_id;
+        const char *bundle_dir;    /* created by the caller; the backend writes config.json */
+        const char *rootfs;        /* host directory ("/": the host's root); read-only, writes
+                                      kept in memory */
+        const char *workspace_dir; /* host directory bind-mounted read-write at mount_path */
+        const char *mount_path;
+        const char *cgroup_path; /* linux.cgroupsPath */
+        const char *hostname;
+        uint32_t cpu_millis;
+        uint64_t memory_bytes;
+} rt_sandbox_spec;
+
+typedef struct rt_exec_spec {
+        const char *container_id;
+        char *const *argv; /* command and args, as the process sees them */
+        char *const *env;  /* "K=V" strings */
+        const char *cwd;
+        const char *scratch_dir; /* where the backend may write per-exec files */
+        int stdout_fd, stderr_fd;
+} rt_exec_spec;
+
+/* While an exec runs, its in-sandbox pid is in scratch_dir/exec-<uuid>.pid (removed by
+ * rt_exec_free). A restarted agent kills what such files name: the execs of its previous
+ * life, orphaned by kill -9. */
+#define RT_EXEC_PID_PREFIX "exec-"
+#define RT_EXEC_PID_SUFFIX ".pid"
+
+/* A running exec: the host process that carries it and how to find the process inside. */
+typedef struct rt_exec {
+        pid_t host_pid;  /* reaped by the caller (proc_wait) */
+        char *pid_file;  /* where the backend reports the in-sandbox pid */
+        char *spec_file; /* removed by rt_exec_free */
+} rt_exec;
+
+typedef struct rt_proc {
+        int pid, ppid; /* in the sandbox's pid namespace */
+} rt_proc;
+
+typedef struct runtime runtime;
+
+typedef struct runtime_ops {
+        const char *name;
+        /* Writes the bundle and starts the container detached; returns once it is started. */
+        int (*create)(runtime *rt, const rt_sandbox_spec *spec, cs_error **err);
+        int (*state)(runtime *rt, const char *container_id, rt_state *ret, pid_t *ret_pid,
+                     cs_error **err);
+        /* Every container the backend knows (ids, malloc'd array of malloc'd strings). */
+        int (*list)(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err);
+        /* Starts a process in the container with stdout/stderr on the given fds. */
+        int (*exec)(runtime *rt, const rt_exec_spec *spec, rt_exec *ret, cs_error **err);
+        /* Signals one process of the container (pid in its namespace). */
+        int (*signal)(runtime *rt, const char *container_id, int pid, int sig, cs_error **err);
+        /* The container's processes. */
+        int (*processes)(runtime *rt, const char *container_id, rt_proc **ret, size_t *ret_n,
+                         cs_error **err);
+        /* Kills the container and removes it; absent is fine. */
+        int (*destroy)(runtime *rt, const char *container_id, cs_error **err);
+        void (*free)(runtime *rt);
+} runtime_ops;
+
+struct runtime {
+        const runtime_ops *ops;
+};
+
+typedef struct runsc_config {
+        const char *path;     /* the runsc binary */
+        const char *root;     /* --root: runsc's state directory */
+        const char *platform; /* --platform; empty: runsc's default */
+        const char *network;  /* --network: none, sandbox or host */
+        int64_t timeout_ms;   /* for each runsc command but exec */
+} runsc_config;
+
+runtime *runtime_runsc_new(const runsc_config *cfg, cs_error **err);
+
+/* Reads the in-sandbox pid an exec's backend reported; 0 while not known yet. */
+int rt_exec_internal_pid(const rt_exec *ex);
+void rt_exec_free(rt_exec *ex);
+
+/* Kills pid and every descendant of it (by parent links) in the container with sig.
+ * Returns how many processes were signalled. */
+int rt_kill_tree(runtime *rt, const char *container_id, int pid, int sig, cs_error **err);

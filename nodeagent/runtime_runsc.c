@@ -1,0 +1,460 @@
+/* The runsc (gVisor) backend of the runtime seam.
+ *
+ * Everything runsc-specific is here and in runsc_config: the binary, its root directory, the
+ * platform and the network mode. Facts this relies on (ARCHITECTURE.md): `run -detach` starts
+ * a sandbox in ~0.2 s; `exec` exits with the process status (128+n when signalled) and
+ * forwards no signals without a TTY, so signals go through `kill --pid`; `exec -detach` of the
+ * Debian runsc (2022-12) appends its own flags to the command, so it is not used. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "runtime.h"
+#include "util.h"
+#include "uuid.h"
+
+typedef struct runsc {
+        runtime rt;
+        char *path, *root, *platform, *network;
+        int64_t timeout_ms;
+} runsc;
+
+#define RUNSC(r)       ((runsc *)(r))
+#define RUNSC_MAX_ARGS 16
+
+/* argv = runsc --root R [--platform P] [extra global flags] <args...>; strings borrowed. */
+static size_t runsc_argv(const runsc *rs, const char **argv, const char *const *args)
+{
+        size_t n = 0;
+
+        argv[n++] = rs->path;
+        argv[n++] = "--root";
+        argv[n++] = rs->root;
+        if (rs->platform[0]) {
+                argv[n++] = "--platform";
+                argv[n++] = rs->platform;
+        }
+        for (; *args && n < RUNSC_MAX_ARGS - 1; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+        return n;
+}
+
+static int runsc_run(const runsc *rs, const char *const *args, char **ret_out, cs_error **err)
+{
+        const char *argv[RUNSC_MAX_ARGS];
+
+        runsc_argv(rs, argv, args);
+        return proc_run((char *const *)argv, rs->timeout_ms, ret_out, err);
+}
+
+/* --- the OCI bundle -------------------------------------------------------------------- */
+
+static json_t *mount_json(const char *dest, const char *type, const char *src,
+                          const char *const *options)
+{
+        json_t *opts = json_array();
+
+        for (; options && *options; options++)
+                json_array_append_new(opts, json_string(*options));
+        return json_pack("{s:s, s:s, s:s, s:o}", "destination", dest, "type", type, "source", src,
+                         "options", opts);
+}
+
+static json_t *strings_json(const char *const *s)
+{
+        json_t *a = json_array();
+
+        for (; *s; s++)
+                json_array_append_new(a, json_string(*s));
+        return a;
+}
+
+/* The sandbox's init: stays up, reaps orphans (it is pid 1) and exits on SIGTERM. */
+static const char *const init_args[] = {
+        "/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done", NULL
+};
+static const char *const caps[] = { "CAP_CHOWN",
+                                    "CAP_DAC_OVERRIDE",
+                                    "CAP_FOWNER",
+                                    "CAP_FSETID",
+                                    "CAP_KILL",
+                                    "CAP_SETGID",
+                                    "CAP_SETUID",
+                                    "CAP_SETPCAP",
+                                    "CAP_NET_BIND_SERVICE",
+                                    "CAP_SYS_CHROOT",
+                                    "CAP_MKNOD",
+                                    "CAP_AUDIT_WRITE",
+                                    "CAP_SETFCAP",
+                                    NULL };
+
+static json_t *bundle_config(const rt_sandbox_spec *s)
+{
+        static const char *const ro_nosuid[] = { "nosuid", "noexec", "nodev", "ro", NULL };
+        static const char *const nosuid[] = { "nosuid", "strictatime", "mode=755", "size=65536k",
+                                              NULL };
+        static const char *const rw_bind[] = { "rbind", "rw", NULL };
+        static const char *const env[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+                                           "/usr/bin:/sbin:/bin",
+                                           "HOME=/root", NULL };
+        json_t *capset = json_pack("{s:o, s:o, s:o, s:o}", "bounding", strings_json(caps),
+                                   "effective", strings_json(caps), "permitted", strings_json(caps),
+                                   "ambient", json_array());
+        json_t *process = json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b}", "terminal", 0,
+                                    "user", "uid", 0, "gid", 0, "args", strings_json(init_args),
+                                    "env", strings_json(env), "cwd", "/", "capabilities", capset,
+                                    "noNewPrivileges", 1);
+        json_t *mounts = json_array();
+        json_t *namespaces = json_array();
+        static const char *const ns[] = { "pid", "network", "ipc", "uts", "mount", NULL };
+        json_t *resources;
+
+        json_array_append_new(mounts, mount_json("/proc", "proc", "proc", NULL));
+        json_array_append_new(mounts, mount_json("/dev", "tmpfs", "tmpfs", nosuid));
+        json_array_append_new(mounts, mount_json("/sys", "sysfs", "sysfs", ro_nosuid));
+        json_array_append_new(mounts, mount_json(s->mount_path, "bind", s->workspace_dir, rw_bind));
+        for (const char *const *n = ns; *n; n++)
+                json_array_append_new(namespaces, json_pack("{s:s}", "type", *n));
+        resources = json_pack("{s:{s:I, s:I}, s:{s:I}}", "cpu", "quota",
+                              (json_int_t)s->cpu_millis * 100, "period", (json_int_t)100000,
+                              "memory", "limit", (json_int_t)s->memory_bytes);
+        return json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:{s:o, s:s, s:o}}", "ociVersion",
+                         "1.0.2", "process", process, "root", "path", s->rootfs, "readonly", 1,
+                         "hostname", s->hostname, "mounts", mounts, "linux", "namespaces",
+                         namespaces, "cgroupsPath", s->cgroup_path, "resources", resources);
+}
+
+/* Writes a JSON document to dir/name through a temporary file and a rename. */
+static int write_json_file(const char *dir, const char *name, json_t *doc, cs_error **err)
+{
+        _cleanup_free_ char *tmp = cs_xasprintf("%s/.%s.tmp", dir, name);
+        _cleanup_free_ char *final = cs_xasprintf("%s/%s", dir, name);
+
+        if (json_dump_file(doc, tmp, JSON_INDENT(1)) < 0)
+                return cs_error_errno(err, errno ? errno : EIO, "cannot write %s", tmp);
+        if (rename(tmp, final) < 0) {
+                int e = errno;
+                unlink(tmp);
+                return cs_error_errno(err, e, "cannot rename %s", tmp);
+        }
+        return 0;
+}
+
+static int runsc_create(runtime *rt, const rt_sandbox_spec *spec, cs_error **err)
+{
+        runsc *rs = RUNSC(rt);
+        json_t *config = bundle_config(spec);
+        _cleanup_free_ char *network = cs_xasprintf("--network=%s", rs->network);
+        int r;
+
+        r = write_json_file(spec->bundle_dir, "config.json", config, err);
+        json_decref(config);
+        if (r < 0)
+                return -1;
+        {
+                /* Root read-only with writes in memory, for every image: an image directory
+                 * is shared by sandboxes and never written. (Not --overlay: it would overlay
+                 * the workspace bind mount too.) */
+                const char *args[] = {
+                        network,          "--overlay2=root:memory", "run", "-detach", "-bundle",
+                        spec->bundle_dir, spec->container_id,       NULL
+                };
+                const char *argv[RUNSC_MAX_ARGS];
+                _cleanup_free_ char *log = cs_xasprintf("%s/runsc.log", spec->bundle_dir);
+
+                /* The sandbox's daemons inherit stdout/stderr: a file, not our pipes. */
+                runsc_argv(rs, argv, args);
+                return proc_run_detached((char *const *)argv, rs->timeout_ms, log, err);
+        }
+}
+
+static rt_state state_from_string(const char *s)
+{
+        if (strcmp(s, "running") == 0)
+                return RT_RUNNING;
+        if (strcmp(s, "created") == 0 || strcmp(s, "creating") == 0)
+                return RT_CREATED;
+        return RT_STOPPED;
+}
+
+static int runsc_state(runtime *rt, const char *id, rt_state *ret, pid_t *ret_pid, cs_error **err)
+{
+        _cleanup_free_ char *out = NULL;
+        const char *args[] = { "state", id, NULL };
+        cs_error *e = NULL;
+        json_t *doc;
+        const char *status = NULL;
+        json_int_t pid = 0;
+
+        if (runsc_run(RUNSC(rt), args, &out, &e) < 0) {
+                if (strstr(e->msg, "does not exist") || strstr(e->msg, "not found")) {
+                        cs_error_free(e);
+                        *ret = RT_ABSENT;
+                        return 0;
+                }
+                *err = e;
+                return -1;
+        }
+        doc = json_loads(out, 0, NULL);
+        if (!doc || json_unpack(doc, "{s:s, s?I}", "status", &status, "pid", &pid) < 0) {
+                json_decref(doc);
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "runsc state %s: unexpected output",
+                                    id);
+        }
+        *ret = state_from_string(status);
+        if (ret_pid)
+                *ret_pid = (pid_t)pid;
+        json_decref(doc);
+        return 0;
+}
+
+static int runsc_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err)
+{
+        _cleanup_free_ char *out = NULL;
+        const char *args[] = { "list", "--format=json", NULL };
+        json_t *doc, *item;
+        size_t i, n = 0;
+        char **ids;
+
+        if (runsc_run(RUNSC(rt), args, &out, err) < 0)
+                return -1;
+        doc = json_loads(out, JSON_DECODE_ANY, NULL);
+        if (!doc || !(json_is_array(doc) || json_is_null(doc))) {
+                json_decref(doc);
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "runsc list: unexpected output");
+        }
+        ids = cs_xcalloc(json_is_array(doc) ? json_array_size(doc) + 1 : 1, sizeof(*ids));
+        json_array_foreach(doc, i, item)
+        {
+                const char *id = json_string_value(json_object_get(item, "id"));
+                if (id)
+                        ids[n++] = cs_xstrdup(id);
+        }
+        json_decref(doc);
+        *ret_ids = ids;
+        *ret_n = n;
+        return 0;
+}
+
+static json_t *exec_process_json(const rt_exec_spec *spec)
+{
+        json_t *args = json_array(), *env = json_array();
+
+        for (char *const *a = spec->argv; *a; a++)
+                json_array_append_new(args, json_string(*a));
+        for (char *const *e = spec->env; *e; e++)
+                json_array_append_new(env, json_string(*e));
+        return json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:{s:o, s:o, s:o}}", "terminal", 0,
+                         "user", "uid", 0, "gid", 0, "args", args, "env", env, "cwd", spec->cwd,
+                         "capabilities", "bounding", strings_json(caps), "effective",
+                         strings_json(caps), "permitted", strings_json(caps));
+}
+
+/* The process spec goes in a file (--process) rather than on the command line, so that no
+ * command or argument can ever be taken for a runsc flag. */
+static int runsc_exec(runtime *rt, const rt_exec_spec *spec, rt_exec *ret, cs_error **err)
+{
+        runsc *rs = RUNSC(rt);
+        char id[CS_UUID_STRLEN + 1];
+        _cleanup_free_ char *name = NULL, *pid_file = NULL, *spec_file = NULL;
+        proc_spawn_opts opts = { .stdin_fd = -1,
+                                 .stdout_fd = spec->stdout_fd,
+                                 .stderr_fd = spec->stderr_fd,
+                                 .die_with_parent = true };
+        json_t *process = exec_process_json(spec);
+        const char *argv[RUNSC_MAX_ARGS];
+        int r;
+
+        cs_uuid_generate(id);
+        name = cs_xasprintf("exec-%s.json", id);
+        spec_file = cs_xasprintf("%s/%s", spec->scratch_dir, name);
+        pid_file = cs_xasprintf("%s/" RT_EXEC_PID_PREFIX "%s" RT_EXEC_PID_SUFFIX, spec->scratch_dir,
+                                id);
+        r = write_json_file(spec->scratch_dir, name, process, err);
+        json_decref(process);
+        if (r < 0)
+                return -1;
+        {
+                const char *args[] = { "exec",    "--internal-pid-file", pid_file, "--process",
+                                       spec_file, spec->container_id,    NULL };
+                runsc_argv(rs, argv, args);
+        }
+        if (proc_spawn((char *const *)argv, &opts, &ret->host_pid, err) < 0) {
+                unlink(spec_file);
+                return -1;
+        }
+        ret->pid_file = TAKE_PTR(pid_file);
+        ret->spec_file = TAKE_PTR(spec_file);
+        return 0;
+}
+
+static int runsc_signal(runtime *rt, const char *id, int pid, int sig, cs_error **err)
+{
+        char pid_s[16], sig_s[16];
+        const char *args[] = { "kill", "--pid", pid_s, id, sig_s, NULL };
+
+        snprintf(pid_s, sizeof(pid_s), "%d", pid);
+        snprintf(sig_s, sizeof(sig_s), "%d", sig);
+        return runsc_run(RUNSC(rt), args, NULL, err);
+}
+
+/* Parses `runsc ps` (a table: UID PID PPID C TTY STIME TIME CMD); the Debian runsc's JSON
+ * format gives bare pids only. */
+static int runsc_processes(runtime *rt, const char *id, rt_proc **ret, size_t *ret_n,
+                           cs_error **err)
+{
+        _cleanup_free_ char *out = NULL;
+        const char *args[] = { "ps", id, NULL };
+        size_t n = 0, cap = 16;
+        rt_proc *procs;
+        char *save = NULL;
+
+        if (runsc_run(RUNSC(rt), args, &out, err) < 0)
+                return -1;
+        procs = cs_xcalloc(cap, sizeof(*procs));
+        for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                int uid, pid, ppid;
+                if (sscanf(line, "%d %d %d", &uid, &pid, &ppid) != 3)
+                        continue; /* the header */
+                if (n == cap) {
+                        cap *= 2;
+                        procs = realloc(procs, cap * sizeof(*procs));
+                        if (!procs)
+                                abort();
+                }
+                procs[n++] = (rt_proc){ .pid = pid, .ppid = ppid };
+        }
+        *ret = procs;
+        *ret_n = n;
+        return 0;
+}
+
+static int runsc_destroy(runtime *rt, const char *id, cs_error **err)
+{
+        const char *kill_args[] = { "kill", id, "KILL", NULL };
+        const char *delete_args[] = { "delete", "-force", id, NULL };
+        cs_error *ignored = NULL;
+
+        /* Killing a stopped or absent container fails; delete is what must succeed. */
+        runsc_run(RUNSC(rt), kill_args, NULL, &ignored);
+        cs_error_free(ignored);
+        if (runsc_run(RUNSC(rt), delete_args, NULL, err) < 0) {
+                if (strstr((*err)->msg, "does not exist")) {
+                        cs_error_freep(err);
+                        return 0;
+                }
+                return -1;
+        }
+        return 0;
+}
+
+static void runsc_free(runtime *rt)
+{
+        runsc *rs = RUNSC(rt);
+
+        if (!rs)
+                return;
+        free(rs->path);
+        free(rs->root);
+        free(rs->platform);
+        free(rs->network);
+        free(rs);
+}
+
+static const runtime_ops runsc_ops = {
+        .name = "runsc",
+        .create = runsc_create,
+        .state = runsc_state,
+        .list = runsc_list,
+        .exec = runsc_exec,
+        .signal = runsc_signal,
+        .processes = runsc_processes,
+        .destroy = runsc_destroy,
+        .free = runsc_free,
+};
+
+runtime *runtime_runsc_new(const runsc_config *cfg, cs_error **err)
+{
+        runsc *rs;
+
+        if (strcmp(cfg->network, "none") != 0 && strcmp(cfg->network, "sandbox") != 0 &&
+            strcmp(cfg->network, "host") != 0) {
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "--runsc-network: '%s' is not none, sandbox or host", cfg->network);
+                return NULL;
+        }
+        if (mkdir(cfg->root, 0700) < 0 && errno != EEXIST) {
+                cs_error_errno(err, errno, "cannot create the runsc root %s", cfg->root);
+                return NULL;
+        }
+        rs = cs_xcalloc(1, sizeof(*rs));
+        rs->rt.ops = &runsc_ops;
+        rs->path = cs_xstrdup(cfg->path);
+        rs->root = cs_xstrdup(cfg->root);
+        rs->platform = cs_xstrdup(cfg->platform ? cfg->platform : "");
+        rs->network = cs_xstrdup(cfg->network);
+        rs->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
+        return &rs->rt;
+}
+
+/* --- helpers common to every backend --------------------------------------------------- */
+
+int rt_exec_internal_pid(const rt_exec *ex)
+{
+        char buf[32] = { 0 };
+        int fd = open(ex->pid_file, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        if (fd < 0)
+                return 0;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        return n > 0 ? atoi(buf) : 0;
+}
+
+void rt_exec_free(rt_exec *ex)
+{
+        if (ex->pid_file) {
+                unlink(ex->pid_file);
+                free(ex->pid_file);
+        }
+        if (ex->spec_file) {
+                unlink(ex->spec_file);
+                free(ex->spec_file);
+        }
+        ex->pid_file = ex->spec_file = NULL;
+}
+
+int rt_kill_tree(runtime *rt, const char *container_id, int pid, int sig, cs_error **err)
+{
+        _cleanup_free_ rt_proc *procs = NULL;
+        _cleanup_free_ int *victims = NULL;
+        size_t n = 0, nv = 0;
+        int killed = 0;
+
+        if (rt->ops->processes(rt, container_id, &procs, &n, err) < 0)
+                return -1;
+        /* Breadth-first over parent links: victims[] grows as children are found. */
+        victims = cs_xcalloc(n + 1, sizeof(*victims));
+        victims[nv++] = pid;
+        for (size_t v = 0; v < nv; v++) {
+                for (size_t i = 0; i < n; i++) {
+                        if (procs[i].ppid == victims[v] && procs[i].pid != pid && nv <= n)
+                                victims[nv++] = procs[i].pid;
+                }
+        }
+        for (size_t v = 0; v < nv; v++) {
+                cs_error *ignored = NULL; /* a process may exit on its own meanwhile */
+                if (rt->ops->signal(rt, container_id, victims[v], sig, &ignored) == 0)
+                        killed++;
+                cs_error_free(ignored);
+        }
+        return killed;
+}

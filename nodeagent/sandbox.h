@@ -1,0 +1,146 @@
+/* The node agent's sandboxes in local mode: their records, lifecycle and accounting.
+ *
+ * The registry is the agent's memory of every sandbox it created: a record on disk per
+ * sandbox (COMPUTE_STATE_DIR/sandboxes/<id>/sandbox.json, replaced atomically on every
+ * change) so that a restarted agent, even after kill -9, finds every sandbox, workspace,
+ * status and usage total again. A background thread moves STARTING sandboxes to READY, stops
+ * those past max_runtime (FAILED), samples memory for averages, and removes workspaces whose
+ * soft-delete grace has passed.
+ *
+ * Library code: no logging except through the registry's log hook, no protobuf. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cgroup.h"
+#include "error.h"
+#include "runtime.h"
+
+/* Same numbers as compute.v1.SandboxStatus. */
+typedef enum sb_status {
+        SB_STARTING = 1,
+        SB_READY = 2,
+        SB_FAILED = 3,
+        SB_DESTROYED = 4,
+} sb_status;
+
+typedef struct usage_metrics {
+        uint64_t cpu_ms;
+        uint64_t memory_peak_bytes;
+        uint64_t memory_avg_bytes;
+        uint64_t disk_read_bytes;
+        uint64_t disk_write_bytes;
+        uint64_t network_egress_bytes;
+        uint64_t network_ingress_bytes;
+} usage_metrics;
+
+/* Caps on what a client controls. */
+#define SB_ID_MAX         128 /* tenant_id, session_id */
+#define SB_IMAGE_MAX      255
+#define SB_MOUNT_PATH_MAX 1024
+#define SB_MIN_MEMORY     (64ull << 20)
+#define SB_MAX_MEMORY     (64ull << 30)
+#define SB_MIN_CPU_MILLIS 50
+#define SB_MAX_CPU_MILLIS 64000
+#define SB_MAX_RUNTIME_MS (24ll * 3600 * 1000)
+
+#define SB_DEFAULT_CPU_MILLIS     1000
+#define SB_DEFAULT_MEMORY         (1ull << 30)
+#define SB_DEFAULT_MAX_RUNTIME_MS (15ll * 60 * 1000)
+#define SB_DEFAULT_MOUNT_PATH     "/workspace"
+
+typedef struct sb_spec {
+        const char *id, *tenant_id, *session_id;
+        const char *image;      /* "" or "host": the host's root, read-only */
+        const char *mount_path; /* "": SB_DEFAULT_MOUNT_PATH */
+        uint32_t cpu_millis;    /* 0: default */
+        uint64_t memory_bytes;  /* 0: default */
+        int64_t max_runtime_ms; /* 0: default */
+} sb_spec;
+
+/* A snapshot of one sandbox, for answers. Strings are owned by the snapshot. */
+typedef struct sb_info {
+        char *id, *tenant_id, *session_id, *image, *mount_path, *status_message;
+        sb_status status;
+        uint32_t cpu_millis;
+        uint64_t memory_bytes;
+        int64_t max_runtime_ms;
+        int64_t created_at_ms, destroyed_at_ms, delete_after_ms; /* wall clock; 0: not set */
+        usage_metrics usage;
+} sb_info;
+
+void sb_info_clear(sb_info *info);
+
+typedef struct sb_config {
+        const char *state_dir;
+        const char *images_dir;     /* image rootfs directories: <images_dir>/<image> */
+        const char *cgroup_parent;  /* "/compute": cgroups are <parent>/<id> */
+        int64_t grace_ms;           /* soft-delete window after destroy */
+        int64_t sample_interval_ms; /* memory sampling and housekeeping period */
+        int64_t start_timeout_ms;   /* how long a sandbox may take to reach READY */
+        uint32_t max_sandboxes;     /* live (not destroyed) sandboxes at once */
+} sb_config;
+
+typedef struct sb_registry sb_registry;
+typedef struct sandbox sandbox;
+
+/* Loads every record under state_dir, reconciles it with the runtime (running containers
+ * are READY again, lost ones FAILED, exec processes left by a killed agent are killed,
+ * containers without a record are destroyed) and starts the housekeeping thread.
+ * `log` receives one line per notable event (may be NULL). */
+typedef void (*sb_log_fn)(bool warn, const char *sandbox_id, const char *msg);
+int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_log_fn log,
+                     sb_registry **ret, cs_error **err);
+void sb_registry_free(sb_registry *reg);
+
+/* Creates a sandbox (STARTING at once; READY when the runtime reports it running), or returns
+ * the existing one: same id → that one (ALREADY_EXISTS if it belongs to another session);
+ * a live sandbox of the same (tenant, session) → that one. *ret_created tells which. */
+int sb_create(sb_registry *reg, const sb_spec *spec, sb_info *ret, bool *ret_created,
+              cs_error **err);
+
+/* Destroys: kills and deletes the container, freezes the usage, keeps the workspace until
+ * now + grace_ms (< 0: the configured grace). Idempotent. */
+int sb_destroy(sb_registry *reg, const char *id, int64_t grace_ms, sb_info *ret, cs_error **err);
+
+/* A snapshot with live usage. NOT_FOUND for unknown ids. */
+int sb_describe(sb_registry *reg, const char *id, sb_info *ret, cs_error **err);
+
+/* Snapshots of every sandbox (destroyed ones too if asked), sorted by creation time. */
+int sb_list(sb_registry *reg, bool include_destroyed, sb_info **ret, size_t *ret_n, cs_error **err);
+void sb_infos_free(sb_info *infos, size_t n);
+
+/* Counts for the agent info. */
+void sb_counts(sb_registry *reg, uint32_t *ret_live, uint32_t *ret_ready, uint32_t *ret_destroyed,
+               uint32_t *ret_execs);
+
+/* --- using a sandbox (exec, file I/O) ---------------------------------------------------- */
+
+/* Takes a reference to a sandbox for the duration of an operation. wait_ready_ms > 0 waits
+ * that long for a STARTING sandbox (DEADLINE_EXCEEDED if it never gets READY); need_ready
+ * demands READY (FAILED_PRECONDITION for FAILED or DESTROYED), otherwise any state but
+ * DESTROYED is accepted. `cancel_fd` (>= 0) ends the wait early with CANCELLED. */
+int sb_acquire(sb_registry *reg, const char *id, bool need_ready, int64_t wait_ready_ms,
+               int cancel_fd, sandbox **ret, cs_error **err);
+void sb_release(sb_registry *reg, sandbox *sb);
+
+const char *sb_container_id(const sandbox *sb);
+const char *sb_workspace_dir(const sandbox *sb);
+const char *sb_mount_path(const sandbox *sb);
+const char *sb_dir(const sandbox *sb); /* per-sandbox scratch directory on the host */
+const char *sb_id(const sandbox *sb);
+
+/* Counts bytes moved by the agent's own file API (they are workspace disk I/O too). */
+void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t written);
+
+/* An exec's measurement window: usage between sb_window_begin and sb_window_end, with memory
+ * peak and average from the samples taken meanwhile. */
+typedef struct sb_window sb_window;
+sb_window *sb_window_begin(sb_registry *reg, sandbox *sb);
+/* Ends the window and fills *ret; *ret_oom tells whether the cgroup saw an OOM kill in it. */
+void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *ret, bool *ret_oom);
+
+/* Marks a sandbox FAILED (e.g. its container died of OOM); usage is frozen. */
+void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why);

@@ -1,0 +1,154 @@
+"""Starts a real compute-nodeagent (local mode, real runsc) for the integration tests."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import grpc
+
+from agent_client import Agent
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AgentProcess:
+    """One agent: its own state dir, runsc root, cgroup parent and port."""
+
+    def __init__(self, build_dir, *extra_args):
+        self.build_dir = build_dir
+        # Short: runsc puts sockets under its root, and socket paths are limited.
+        self.state = tempfile.mkdtemp(prefix="cs-", dir="/tmp")
+        self.cgroup_parent = f"/compute-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.extra = list(extra_args)
+        self.proc = None
+        self.log_path = os.path.join(self.state, "agent.log")
+        self.start()
+        self.client = Agent(build_dir, self.address)
+
+    @property
+    def runsc_root(self):
+        return os.path.join(self.state, "state", "runsc")
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [os.path.join(self.build_dir, "bin", "compute-nodeagent"),
+             "--listen", self.address, "--state-dir", os.path.join(self.state, "state"),
+             "--cgroup-parent", self.cgroup_parent, "--sample-interval-ms", "200",
+             "--shutdown-grace-ms", "3000", "--log-level", "debug"] + self.extra,
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("agent did not start:\n" + self.log())
+                time.sleep(0.05)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+        return self.proc.returncode
+
+    def restart(self):
+        self.start()
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def rss_peak_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def cleanup(self):
+        """Destroys every sandbox this agent made, stops it, removes its state."""
+        try:
+            if self.proc.poll() is None:
+                c = self.client
+                for sb in c.ListSandboxes(c.pb.ListSandboxesRequest(), timeout=30).sandboxes:
+                    try:
+                        c.DestroySandbox(c.pb.DestroySandboxRequest(ref=c.ref(sb.sandbox_id)),
+                                         timeout=60)
+                    except grpc.RpcError:
+                        pass
+        finally:
+            self.client.close()
+            self.stop()
+            # Anything left in runsc's root (a test's stray container) goes too.
+            if os.path.isdir(self.runsc_root):
+                out = subprocess.run(["runsc", "--root", self.runsc_root, "list", "-q"],
+                                     capture_output=True, text=True).stdout.split()
+                for cid in out:
+                    subprocess.run(["runsc", "--root", self.runsc_root, "delete", "-force", cid],
+                                   capture_output=True)
+            for ctrl in ("cpu", "cpuacct", "memory", "blkio", "pids", "devices", "freezer",
+                         "cpuset"):
+                path = f"/sys/fs/cgroup/{ctrl}{self.cgroup_parent}"
+                if os.path.isdir(path):
+                    for sub in os.listdir(path):
+                        if os.path.isdir(os.path.join(path, sub)):
+                            try:
+                                os.rmdir(os.path.join(path, sub))
+                            except OSError:
+                                pass
+                    try:
+                        os.rmdir(path)
+                    except OSError:
+                        pass
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    # --- helpers for tests ---
+
+    def new_sandbox(self, wait_ready=True, **fields):
+        c = self.client
+        sid = fields.pop("sandbox_id", str(uuid.uuid4()))
+        fields.setdefault("tenant_id", "tenant-" + uuid.uuid4().hex[:8])
+        fields.setdefault("session_id", "session-" + uuid.uuid4().hex[:8])
+        resp = c.CreateSandbox(c.pb.CreateSandboxRequest(sandbox_id=sid, **fields), timeout=30)
+        if wait_ready:
+            self.wait_status(resp.sandbox.sandbox_id, c.cpb.SANDBOX_STATUS_READY)
+        return resp.sandbox.sandbox_id
+
+    def status(self, sid):
+        c = self.client
+        return c.GetSandbox(c.pb.GetSandboxRequest(ref=c.ref(sid)), timeout=10).sandbox
+
+    def wait_status(self, sid, status, limit=60):
+        deadline = time.monotonic() + limit
+        while True:
+            sb = self.status(sid)
+            if sb.status == status:
+                return sb
+            if time.monotonic() > deadline:
+                raise AssertionError(f"sandbox {sid} stuck in {sb.status}: {sb.status_message}")
+            time.sleep(0.1)
+
+    def processes(self, sid):
+        """Command lines of every process in the sandbox (but the listing shell's own)."""
+        out, _, _, _ = self.client.exec(
+            sid, "sh", "-c",
+            'for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
+            'tr "\\0" " " < $p/cmdline 2>/dev/null; echo; done')
+        return [line for line in out.decode().splitlines() if line.strip()]
+
+    def cgroup_file(self, sid, controller, name):
+        with open(f"/sys/fs/cgroup/{controller}{self.cgroup_parent}/{sid}/{name}") as f:
+            return f.read()

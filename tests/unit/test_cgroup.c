@@ -1,0 +1,1149 @@
+/* Unit tests of nodeagent/cgroup.c: fake v1 and v2 trees and fake /proc trees in a temp dir
+ * (contents copied from real kernels), plus smoke tests against this machine's /proc and
+ * /sys/fs/cgroup (a real v1 cgroup with a child that burns CPU and memory). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/magic.h>
+
+#include "cgroup.h"
+#include "error.h"
+#include "util.h"
+
+#define MIB (UINT64_C(1) << 20)
+
+/* ---- fixtures --------------------------------------------------------------------------- */
+
+typedef struct fixture {
+        char dir[64]; /* the temp dir every fake tree lives in */
+} fixture;
+
+static int setup_tmp(void **state)
+{
+        fixture *f = cs_xcalloc(1, sizeof(*f));
+
+        snprintf(f->dir, sizeof(f->dir), "/tmp/test_cgroup.XXXXXX");
+        if (!mkdtemp(f->dir)) {
+                free(f);
+                return -1;
+        }
+        *state = f;
+        return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+        (void)st;
+        (void)flag;
+        (void)ftw;
+        return remove(path);
+}
+
+static int teardown_tmp(void **state)
+{
+        fixture *f = *state;
+        int r = nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+
+        free(f);
+        return r;
+}
+
+/* mkdir -p dir/rel */
+static void mkdirs(const char *dir, const char *rel)
+{
+        char path[512];
+
+        snprintf(path, sizeof(path), "%s/%s", dir, rel);
+        for (char *p = path + strlen(dir) + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = '\0';
+                assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+                *p = '/';
+        }
+        assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+}
+
+/* Writes dir/rel (creating its parents) with the given contents and mode. */
+static void put_mode(const char *dir, const char *rel, const char *contents, mode_t mode)
+{
+        char path[512], parent[512];
+        char *slash;
+        int fd;
+
+        snprintf(parent, sizeof(parent), "%s", rel);
+        slash = strrchr(parent, '/');
+        if (slash) {
+                *slash = '\0';
+                mkdirs(dir, parent);
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, rel);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, contents, strlen(contents)), (ssize_t)strlen(contents));
+        assert_int_equal(close(fd), 0);
+}
+
+static void put(const char *dir, const char *rel, const char *contents)
+{
+        put_mode(dir, rel, contents, 0644);
+}
+
+static char *slurp(const char *dir, const char *rel)
+{
+        char path[512];
+        char *buf = cs_xcalloc(1, 4096);
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, rel);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_true(read(fd, buf, 4095) >= 0);
+        close(fd);
+        return buf;
+}
+
+/* Asserts that a call failed with code and a message containing needle; frees the error. */
+static void check_error(cs_error **err, grpc_status_code code, const char *needle)
+{
+        assert_non_null(*err);
+        if ((*err)->code != code || !strstr((*err)->msg, needle))
+                fail_msg("got %s \"%s\", want %s containing \"%s\"", cs_status_name((*err)->code),
+                         (*err)->msg, cs_status_name(code), needle);
+        cs_error_freep(err);
+}
+
+/* ---- realistic file contents ------------------------------------------------------------ */
+
+/* Kernel 6.x, two disks. */
+static const char v1_throttle_bytes[] = "8:16 Read 4096\n"
+                                        "8:16 Write 1052672\n"
+                                        "8:16 Sync 1056768\n"
+                                        "8:16 Async 0\n"
+                                        "8:16 Discard 0\n"
+                                        "8:16 Total 1056768\n"
+                                        "8:0 Read 4890624\n"
+                                        "8:0 Write 20480\n"
+                                        "8:0 Sync 4911104\n"
+                                        "8:0 Async 0\n"
+                                        "8:0 Discard 0\n"
+                                        "8:0 Total 4911104\n"
+                                        "Total 5967872\n";
+
+static const char v1_oom_control[] = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+
+static const char v2_cpu_stat[] = "usage_usec 1234567\n"
+                                  "user_usec 1000000\n"
+                                  "system_usec 234567\n"
+                                  "nr_periods 0\n"
+                                  "nr_throttled 0\n"
+                                  "throttled_usec 0\n"
+                                  "nr_bursts 0\n"
+                                  "burst_usec 0\n";
+
+static const char v2_io_stat[] =
+        "253:0 rbytes=1048576 wbytes=4096 rios=256 wios=1 dbytes=0 dios=0\n"
+        "8:0 rbytes=2097152 wbytes=8192 rios=512 wios=2 dbytes=0 dios=0\n";
+
+static const char v2_memory_events[] =
+        "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n";
+
+static const char proc_io_contents[] = "rchar: 323934931\n"
+                                       "wchar: 323929600\n"
+                                       "syscr: 632687\n"
+                                       "syscw: 632675\n"
+                                       "read_bytes: 8192\n"
+                                       "write_bytes: 323932160\n"
+                                       "cancelled_write_bytes: 0\n";
+
+static const char net_dev_header[] =
+        "Inter-|   Receive                                                |  Transmit\n"
+        " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets "
+        "errs drop fifo colls carrier compressed\n";
+
+static const char net_dev_lines[] =
+        "    lo: 788042414  196117    0    0    0     0          0         0 788042414  196117 "
+        "   0    0    0     0       0          0\n"
+        "  eth0: 26798455     676    0    0    0     0          0         0    29101     343 "
+        "   0    0    0     0       0          0\n"
+        "veth1a2b3c:    1000      10    0    0    0     0          0         0     2000      20 "
+        "   0    0    0     0       0          0\n";
+
+/* A fake v1 root with the cpuacct hierarchy under cpuacct_name and cgroup compute/abc. */
+static void make_v1_tree(const char *root, const char *cpuacct_name)
+{
+        char rel[256];
+
+        snprintf(rel, sizeof(rel), "%s/compute/abc/cpuacct.usage", cpuacct_name);
+        put(root, rel, "1500000000\n");
+        put(root, "memory/compute/abc/memory.usage_in_bytes", "41943040\n");
+        put(root, "memory/compute/abc/memory.max_usage_in_bytes", "67108864\n");
+        put(root, "memory/compute/abc/memory.oom_control", v1_oom_control);
+        put(root, "blkio/compute/abc/blkio.throttle.io_service_bytes", v1_throttle_bytes);
+}
+
+static void make_v2_tree(const char *root)
+{
+        put(root, "cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
+        put(root, "compute/abc/cpu.stat", v2_cpu_stat);
+        put(root, "compute/abc/memory.current", "41943040\n");
+        put(root, "compute/abc/memory.peak", "67108864\n");
+        put(root, "compute/abc/memory.events", v2_memory_events);
+        put(root, "compute/abc/io.stat", v2_io_stat);
+}
+
+static void detect(const char *root, cgroup_version want, cgroup_fs *fs)
+{
+        cs_error *err = NULL;
+
+        if (cgroup_fs_detect(root, fs, &err) < 0)
+                fail_msg("detect %s: %s", root, err->msg);
+        assert_int_equal(fs->version, want);
+}
+
+/* ---- detection -------------------------------------------------------------------------- */
+
+static void test_detect_v1(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        char root[128];
+
+        make_v1_tree(f->dir, "cpuacct");
+        snprintf(root, sizeof(root), "%s//", f->dir);
+        detect(root, CGROUP_V1, &fs);
+        assert_string_equal(fs.root, f->dir); /* trailing slashes dropped */
+        cgroup_fs_free(&fs);
+        assert_null(fs.root);
+        cgroup_fs_free(NULL);
+}
+
+static void test_detect_v1_combined_cpuacct(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+
+        mkdirs(f->dir, "cpu,cpuacct");
+        mkdirs(f->dir, "memory");
+        detect(f->dir, CGROUP_V1, &fs);
+        cgroup_fs_free(&fs);
+}
+
+static void test_detect_v2(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+
+        make_v2_tree(f->dir);
+        detect(f->dir, CGROUP_V2, &fs);
+        assert_string_equal(fs.root, f->dir);
+        cgroup_fs_free(&fs);
+}
+
+static void test_detect_failures(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char missing[128];
+
+        /* Empty directory. */
+        assert_int_equal(cgroup_fs_detect(f->dir, &fs, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, f->dir);
+
+        /* A v2 root without memory (like a hybrid host's unified), and only half of v1. */
+        put(f->dir, "cgroup.controllers", "cpu io pids\n");
+        mkdirs(f->dir, "cpuacct");
+        assert_int_equal(cgroup_fs_detect(f->dir, &fs, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, f->dir);
+
+        /* "cpuset" and "memory_recursiveprot" are not "cpu" and "memory". */
+        put(f->dir, "cgroup.controllers", "cpuset memoryx\n");
+        assert_int_equal(cgroup_fs_detect(f->dir, &fs, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, f->dir);
+
+        snprintf(missing, sizeof(missing), "%s/nonexistent", f->dir);
+        assert_int_equal(cgroup_fs_detect(missing, &fs, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, missing);
+
+        assert_int_equal(cgroup_fs_detect("", &fs, &err), -1);
+        check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "root");
+        assert_null(fs.root);
+}
+
+static void test_detect_real_v1(void **state)
+{
+        struct stat st;
+        cgroup_fs fs = { 0 };
+
+        (void)state;
+        if (stat("/sys/fs/cgroup/cpuacct", &st) < 0 || !S_ISDIR(st.st_mode))
+                skip();
+        detect("/sys/fs/cgroup", CGROUP_V1, &fs);
+        assert_string_equal(fs.root, "/sys/fs/cgroup");
+        cgroup_fs_free(&fs);
+}
+
+/* A hybrid host's cgroup2 mount holds no cpu/memory: the statfs path must refuse it. */
+static void test_detect_real_hybrid_unified(void **state)
+{
+        struct statfs sfs;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char *controllers;
+
+        (void)state;
+        if (statfs("/sys/fs/cgroup/unified", &sfs) < 0 || sfs.f_type != CGROUP2_SUPER_MAGIC)
+                skip();
+        controllers = slurp("/sys/fs/cgroup/unified", "cgroup.controllers");
+        if (strstr(controllers, "memory")) {
+                free(controllers);
+                skip();
+        }
+        free(controllers);
+        assert_int_equal(cgroup_fs_detect("/sys/fs/cgroup/unified", &fs, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, "cgroup2 mount");
+}
+
+/* ---- cgroup_read, v1 -------------------------------------------------------------------- */
+
+static void read_ok(const cgroup_fs *fs, const char *path, cgroup_sample *s)
+{
+        cs_error *err = NULL;
+
+        if (cgroup_read(fs, path, s, &err) < 0)
+                fail_msg("cgroup_read %s: %s", path, err->msg);
+}
+
+static void check_v1_full(const cgroup_sample *s)
+{
+        assert_int_equal(s->cpu_ns, 1500000000);
+        assert_int_equal(s->memory_bytes, 40 * MIB);
+        assert_int_equal(s->memory_peak_bytes, 64 * MIB);
+        assert_true(s->has_peak);
+        assert_int_equal(s->io_read_bytes, 4096 + 4890624);
+        assert_int_equal(s->io_write_bytes, 1052672 + 20480);
+        assert_int_equal(s->oom_kills, 3);
+}
+
+static void test_read_v1(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+
+        make_v1_tree(f->dir, "cpuacct");
+        detect(f->dir, CGROUP_V1, &fs);
+        memset(&s, 0xff, sizeof(s));
+        read_ok(&fs, "/compute/abc", &s);
+        check_v1_full(&s);
+        memset(&s, 0xff, sizeof(s));
+        read_ok(&fs, "compute/abc/", &s); /* no leading slash, trailing slash */
+        check_v1_full(&s);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_v1_combined_cpuacct(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+
+        make_v1_tree(f->dir, "cpu,cpuacct");
+        detect(f->dir, CGROUP_V1, &fs);
+        read_ok(&fs, "/compute/abc", &s);
+        check_v1_full(&s);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_v1_missing_files(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+
+        /* Only the cpuacct cgroup, with no files at all: everything 0. */
+        mkdirs(f->dir, "cpuacct/compute/abc");
+        mkdirs(f->dir, "memory");
+        detect(f->dir, CGROUP_V1, &fs);
+        memset(&s, 0xff, sizeof(s));
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.cpu_ns, 0);
+        assert_int_equal(s.memory_bytes, 0);
+        assert_int_equal(s.memory_peak_bytes, 0);
+        assert_false(s.has_peak);
+        assert_int_equal(s.io_read_bytes, 0);
+        assert_int_equal(s.io_write_bytes, 0);
+        assert_int_equal(s.oom_kills, 0);
+
+        /* A memory cgroup without peak, an old kernel's oom_control without oom_kill, a blkio
+         * cgroup without files. */
+        put(f->dir, "cpuacct/compute/abc/cpuacct.usage", "7\n");
+        put(f->dir, "memory/compute/abc/memory.usage_in_bytes", "4096\n");
+        put(f->dir, "memory/compute/abc/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\n");
+        mkdirs(f->dir, "blkio/compute/abc");
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.cpu_ns, 7);
+        assert_int_equal(s.memory_bytes, 4096);
+        assert_false(s.has_peak);
+        assert_int_equal(s.oom_kills, 0);
+        assert_int_equal(s.io_read_bytes, 0);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_v1_blkio_fallback(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+        char path[256];
+
+        make_v1_tree(f->dir, "cpuacct");
+        /* Throttling never saw a bio: only the Total line. The scheduler's file has them. */
+        put(f->dir, "blkio/compute/abc/blkio.throttle.io_service_bytes", "Total 0\n");
+        put(f->dir, "blkio/compute/abc/blkio.io_service_bytes",
+            "8:0 Read 1000\n8:0 Write 2000\n8:0 Sync 3000\n8:0 Async 0\n8:0 Total 3000\n"
+            "Total 3000\n");
+        detect(f->dir, CGROUP_V1, &fs);
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.io_read_bytes, 1000);
+        assert_int_equal(s.io_write_bytes, 2000);
+
+        /* The throttle file missing entirely: same fallback. */
+        snprintf(path, sizeof(path), "%s/blkio/compute/abc/blkio.throttle.io_service_bytes",
+                 f->dir);
+        assert_int_equal(unlink(path), 0);
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.io_read_bytes, 1000);
+        assert_int_equal(s.io_write_bytes, 2000);
+
+        /* Devices in the throttle file win: the other file is not added. */
+        put(f->dir, "blkio/compute/abc/blkio.throttle.io_service_bytes", v1_throttle_bytes);
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.io_read_bytes, 4096 + 4890624);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_not_found(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+        cs_error *err = NULL;
+        pid_t *pids = NULL;
+        size_t n = 0;
+
+        make_v1_tree(f->dir, "cpuacct");
+        /* A memory cgroup alone does not make the cgroup exist: v1 looks at cpuacct. */
+        mkdirs(f->dir, "memory/compute/other");
+        detect(f->dir, CGROUP_V1, &fs);
+        assert_int_equal(cgroup_read(&fs, "/compute/other", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/other");
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/missing", &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/missing");
+        assert_int_equal(cgroup_pids(&fs, "/compute/missing", &pids, &n, &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/missing");
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_bad_path(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+        cs_error *err = NULL;
+
+        make_v1_tree(f->dir, "cpuacct");
+        detect(f->dir, CGROUP_V1, &fs);
+        assert_int_equal(cgroup_read(&fs, "/compute/../../etc", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "..");
+        assert_int_equal(cgroup_read(&fs, "/compute/./abc", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "..");
+        assert_int_equal(cgroup_read(&fs, NULL, &s, &err), -1);
+        check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "path");
+        /* "..." is a legal directory name. */
+        put(f->dir, "cpuacct/.../cpuacct.usage", "5\n");
+        read_ok(&fs, "/...", &s);
+        assert_int_equal(s.cpu_ns, 5);
+        /* The root cgroup. */
+        put(f->dir, "cpuacct/cpuacct.usage", "6\n");
+        read_ok(&fs, "/", &s);
+        assert_int_equal(s.cpu_ns, 6);
+        cgroup_fs_free(&fs);
+}
+
+/* Puts contents into rel, expects cgroup_read to fail with INTERNAL naming rel, restores. */
+static void expect_garbage(const fixture *f, const cgroup_fs *fs, const char *rel,
+                           const char *contents, const char *good)
+{
+        cgroup_sample s;
+        cs_error *err = NULL;
+        const char *name = strrchr(rel, '/') + 1;
+
+        put(f->dir, rel, contents);
+        if (cgroup_read(fs, "/compute/abc", &s, &err) == 0)
+                fail_msg("%s = \"%s\" was accepted", rel, contents);
+        check_error(&err, GRPC_STATUS_INTERNAL, name);
+        put(f->dir, rel, good);
+        read_ok(fs, "/compute/abc", &s);
+}
+
+static void test_read_v1_garbage(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+
+        make_v1_tree(f->dir, "cpuacct");
+        detect(f->dir, CGROUP_V1, &fs);
+        expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "max\n", "1\n");
+        expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "", "1\n");
+        expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "-1\n", "1\n");
+        expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "1 2\n", "1\n");
+        expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "18446744073709551616\n",
+                       "18446744073709551615\n");
+        expect_garbage(f, &fs, "memory/compute/abc/memory.usage_in_bytes", "12abc\n", "1\n");
+        expect_garbage(f, &fs, "memory/compute/abc/memory.max_usage_in_bytes", "0x10\n", "1\n");
+        expect_garbage(f, &fs, "memory/compute/abc/memory.oom_control", "oom_kill many\n",
+                       v1_oom_control);
+        expect_garbage(f, &fs, "blkio/compute/abc/blkio.throttle.io_service_bytes",
+                       "8:0 Read 1\n8:0 Write x\nTotal 1\n", v1_throttle_bytes);
+        expect_garbage(f, &fs, "blkio/compute/abc/blkio.throttle.io_service_bytes",
+                       "garbage here\n", v1_throttle_bytes);
+        expect_garbage(f, &fs, "blkio/compute/abc/blkio.throttle.io_service_bytes", "sda Read 1\n",
+                       v1_throttle_bytes);
+        expect_garbage(f, &fs, "blkio/compute/abc/blkio.throttle.io_service_bytes",
+                       "8:0 Read 18446744073709551615\n8:16 Read 1\n", v1_throttle_bytes);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_too_large(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        size_t n = 70 * 1024;
+        char *big = cs_xmalloc(n + 1);
+
+        memset(big, '1', n);
+        big[n] = '\0';
+        make_v1_tree(f->dir, "cpuacct");
+        detect(f->dir, CGROUP_V1, &fs);
+        expect_garbage(f, &fs, "memory/compute/abc/memory.usage_in_bytes", big, "1\n");
+        free(big);
+        cgroup_fs_free(&fs);
+}
+
+/* ---- cgroup_read, v2 -------------------------------------------------------------------- */
+
+static void test_read_v2(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+
+        make_v2_tree(f->dir);
+        detect(f->dir, CGROUP_V2, &fs);
+        memset(&s, 0xff, sizeof(s));
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.cpu_ns, UINT64_C(1234567) * 1000);
+        assert_int_equal(s.memory_bytes, 40 * MIB);
+        assert_int_equal(s.memory_peak_bytes, 64 * MIB);
+        assert_true(s.has_peak);
+        assert_int_equal(s.io_read_bytes, 1048576 + 2097152);
+        assert_int_equal(s.io_write_bytes, 4096 + 8192);
+        assert_int_equal(s.oom_kills, 1);
+
+        /* The root cgroup's io.stat may carry iocost keys; they are ignored. */
+        put(f->dir, "compute/abc/io.stat",
+            "8:0 rbytes=10 wbytes=20 rios=1 wios=1 dbytes=0 dios=0 cost.vrate=100.00 "
+            "cost.usage=0 cost.wait=0 cost.indebt=0 cost.indelay=0\n\n");
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.io_read_bytes, 10);
+        assert_int_equal(s.io_write_bytes, 20);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_v2_missing_files(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+
+        put(f->dir, "cgroup.controllers", "cpu memory\n");
+        mkdirs(f->dir, "compute/abc");
+        detect(f->dir, CGROUP_V2, &fs);
+        memset(&s, 0xff, sizeof(s));
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.cpu_ns, 0);
+        assert_int_equal(s.memory_bytes, 0);
+        assert_int_equal(s.memory_peak_bytes, 0);
+        assert_false(s.has_peak);
+        assert_int_equal(s.io_read_bytes, 0);
+        assert_int_equal(s.io_write_bytes, 0);
+        assert_int_equal(s.oom_kills, 0);
+
+        /* A pre-5.19 kernel: no memory.peak; an idle cgroup: empty io.stat. */
+        put(f->dir, "compute/abc/cpu.stat", v2_cpu_stat);
+        put(f->dir, "compute/abc/memory.current", "8192\n");
+        put(f->dir, "compute/abc/io.stat", "");
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.cpu_ns, UINT64_C(1234567000));
+        assert_int_equal(s.memory_bytes, 8192);
+        assert_false(s.has_peak);
+        assert_int_equal(s.io_read_bytes, 0);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_v2_not_found(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+        cs_error *err = NULL;
+
+        make_v2_tree(f->dir);
+        detect(f->dir, CGROUP_V2, &fs);
+        assert_int_equal(cgroup_read(&fs, "/compute/nope", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/nope");
+        /* A path through a file is not a cgroup either, but not NOT_FOUND. */
+        assert_int_equal(cgroup_read(&fs, "/compute/abc/cpu.stat", &s, &err), -1);
+        assert_non_null(err);
+        assert_int_not_equal(err->code, GRPC_STATUS_OK);
+        cs_error_freep(&err);
+        cgroup_fs_free(&fs);
+}
+
+static void test_read_v2_garbage(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+
+        make_v2_tree(f->dir);
+        detect(f->dir, CGROUP_V2, &fs);
+        expect_garbage(f, &fs, "compute/abc/memory.current", "max\n", "1\n");
+        expect_garbage(f, &fs, "compute/abc/memory.peak", "garbage\n", "1\n");
+        expect_garbage(f, &fs, "compute/abc/cpu.stat", "user_usec 5\n", v2_cpu_stat);
+        expect_garbage(f, &fs, "compute/abc/cpu.stat", "usage_usec twelve\n", v2_cpu_stat);
+        expect_garbage(f, &fs, "compute/abc/cpu.stat", "usage_usec 18446744073709552\n",
+                       v2_cpu_stat); /* * 1000 overflows */
+        expect_garbage(f, &fs, "compute/abc/memory.events", "oom_kill\n", v2_memory_events);
+        expect_garbage(f, &fs, "compute/abc/io.stat", "8:0 rbytes=x wbytes=1\n", v2_io_stat);
+        expect_garbage(f, &fs, "compute/abc/io.stat", "8:0 rbytes=1 wbytes\n", v2_io_stat);
+        expect_garbage(f, &fs, "compute/abc/io.stat", "rbytes=1 wbytes=2\n", v2_io_stat);
+        cgroup_fs_free(&fs);
+}
+
+/* A NUL byte would hide the rest of the file from string parsing: refused. */
+static void test_read_nul_byte(void **state)
+{
+        static const char contents[] = "8:0 rbytes=1\0 wbytes=2\n";
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+        cs_error *err = NULL;
+        char path[256];
+        int fd;
+
+        make_v2_tree(f->dir);
+        detect(f->dir, CGROUP_V2, &fs);
+        snprintf(path, sizeof(path), "%s/compute/abc/io.stat", f->dir);
+        fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, contents, sizeof(contents) - 1), sizeof(contents) - 1);
+        close(fd);
+        assert_int_equal(cgroup_read(&fs, "/compute/abc", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "io.stat");
+        cgroup_fs_free(&fs);
+}
+
+/* ---- cgroup_reset_peak ------------------------------------------------------------------ */
+
+static void test_reset_peak_v1(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char *contents;
+
+        make_v1_tree(f->dir, "cpuacct");
+        detect(f->dir, CGROUP_V1, &fs);
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 0);
+        assert_null(err);
+        contents = slurp(f->dir, "memory/compute/abc/memory.max_usage_in_bytes");
+        /* The fake file is not truncated by the write: its first byte is now '0'. A kernel
+         * file takes the write as a whole. */
+        assert_int_equal(contents[0], '0');
+        free(contents);
+        put(f->dir, "memory/compute/abc/memory.max_usage_in_bytes", "");
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 0);
+        contents = slurp(f->dir, "memory/compute/abc/memory.max_usage_in_bytes");
+        assert_string_equal(contents, "0");
+        free(contents);
+
+        /* No memory cgroup, or no file: not supported. */
+        mkdirs(f->dir, "cpuacct/compute/nomem");
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/nomem", &err), 1);
+        mkdirs(f->dir, "memory/compute/nomem");
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/nomem", &err), 1);
+        assert_null(err);
+        cgroup_fs_free(&fs);
+}
+
+static void test_reset_peak_v2(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char path[256], *contents;
+
+        make_v2_tree(f->dir);
+        detect(f->dir, CGROUP_V2, &fs);
+        /* The reset would be local to the writer's fd: reported as unsupported, file untouched. */
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 1);
+        assert_null(err);
+        contents = slurp(f->dir, "compute/abc/memory.peak");
+        assert_string_equal(contents, "67108864\n");
+        free(contents);
+
+        snprintf(path, sizeof(path), "%s/compute/abc/memory.peak", f->dir);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 1);
+        assert_null(err);
+
+        assert_int_equal(cgroup_reset_peak(&fs, "/compute/gone", &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/gone");
+        cgroup_fs_free(&fs);
+}
+
+/* ---- cgroup_pids ------------------------------------------------------------------------ */
+
+static void test_pids(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        pid_t *pids = NULL;
+        size_t n = 99;
+
+        make_v1_tree(f->dir, "cpuacct");
+        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "4242\n17\n4242\n99999\n");
+        detect(f->dir, CGROUP_V1, &fs);
+        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), 0);
+        assert_int_equal(n, 3);
+        assert_int_equal(pids[0], 17);
+        assert_int_equal(pids[1], 4242);
+        assert_int_equal(pids[2], 99999);
+        free(pids);
+
+        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "");
+        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), 0);
+        assert_int_equal(n, 0);
+        assert_null(pids);
+
+        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "12\nabc\n");
+        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "cgroup.procs");
+        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "0\n");
+        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "cgroup.procs");
+        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "4294967296\n");
+        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "cgroup.procs");
+        cgroup_fs_free(&fs);
+}
+
+static void test_pids_v2(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        pid_t *pids = NULL;
+        size_t n = 0;
+
+        make_v2_tree(f->dir);
+        put(f->dir, "compute/abc/cgroup.procs", "301\n300\n");
+        detect(f->dir, CGROUP_V2, &fs);
+        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), 0);
+        assert_int_equal(n, 2);
+        assert_int_equal(pids[0], 300);
+        assert_int_equal(pids[1], 301);
+        free(pids);
+        cgroup_fs_free(&fs);
+}
+
+/* ---- /proc ------------------------------------------------------------------------------ */
+
+static void test_proc_io(void **state)
+{
+        fixture *f = *state;
+        cs_error *err = NULL;
+        proc_io io;
+
+        put(f->dir, "1234/io", proc_io_contents);
+        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), 0);
+        assert_int_equal(io.rchar, 323934931);
+        assert_int_equal(io.wchar, 323929600);
+        assert_int_equal(io.read_bytes, 8192);
+        assert_int_equal(io.write_bytes, 323932160);
+
+        /* A kernel without CONFIG_TASK_IO_ACCOUNTING prints only the syscall counters. */
+        put(f->dir, "1234/io", "rchar: 5\nwchar: 6\nsyscr: 1\nsyscw: 1\n");
+        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), 0);
+        assert_int_equal(io.rchar, 5);
+        assert_int_equal(io.read_bytes, 0);
+
+        assert_int_equal(proc_read_io(f->dir, 999, &io, &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "999");
+        mkdirs(f->dir, "998");
+        assert_int_equal(proc_read_io(f->dir, 998, &io, &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "998");
+        assert_int_equal(proc_read_io(f->dir, 0, &io, &err), -1);
+        check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "pid");
+
+        put(f->dir, "1234/io", "rchar: lots\nwchar: 6\n");
+        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "1234/io");
+        put(f->dir, "1234/io", "garbage\n");
+        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "1234/io");
+}
+
+static void test_proc_net(void **state)
+{
+        fixture *f = *state;
+        cs_error *err = NULL;
+        uint64_t rx = 1, tx = 1;
+        char buf[2048];
+
+        snprintf(buf, sizeof(buf), "%s%s", net_dev_header, net_dev_lines);
+        put(f->dir, "1234/net/dev", buf);
+        assert_int_equal(proc_read_net(f->dir, 1234, &rx, &tx, &err), 0);
+        assert_int_equal(rx, 26798455 + 1000);
+        assert_int_equal(tx, 29101 + 2000);
+
+        /* Only loopback. */
+        snprintf(buf, sizeof(buf), "%s%s", net_dev_header,
+                 "    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n");
+        put(f->dir, "1234/net/dev", buf);
+        assert_int_equal(proc_read_net(f->dir, 1234, &rx, &tx, &err), 0);
+        assert_int_equal(rx, 0);
+        assert_int_equal(tx, 0);
+
+        /* Old kernels print "%6s:%8llu": a wide counter touches the colon. */
+        snprintf(buf, sizeof(buf), "%s%s", net_dev_header,
+                 "  eth0:123456789 1 0 0 0 0 0 0 987654321 1 0 0 0 0 0 0\n");
+        put(f->dir, "1234/net/dev", buf);
+        assert_int_equal(proc_read_net(f->dir, 1234, &rx, &tx, &err), 0);
+        assert_int_equal(rx, 123456789);
+        assert_int_equal(tx, 987654321);
+
+        assert_int_equal(proc_read_net(f->dir, 999, &rx, &tx, &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "999");
+
+        /* Garbage: a short line, a non-number, no header at all. */
+        snprintf(buf, sizeof(buf), "%s%s", net_dev_header, "  eth0: 1 2 3\n");
+        put(f->dir, "1234/net/dev", buf);
+        assert_int_equal(proc_read_net(f->dir, 1234, &rx, &tx, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "net/dev");
+        snprintf(buf, sizeof(buf), "%s%s", net_dev_header,
+                 "  eth0: 1 1 0 0 0 0 0 0 x 1 0 0 0 0 0 0\n");
+        put(f->dir, "1234/net/dev", buf);
+        assert_int_equal(proc_read_net(f->dir, 1234, &rx, &tx, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "net/dev");
+        snprintf(buf, sizeof(buf), "%s%s", net_dev_header, "  eth0 1 1 0 0 0 0 0 0\n");
+        put(f->dir, "1234/net/dev", buf);
+        assert_int_equal(proc_read_net(f->dir, 1234, &rx, &tx, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "net/dev");
+        put(f->dir, "1234/net/dev", "garbage");
+        assert_int_equal(proc_read_net(f->dir, 1234, &rx, &tx, &err), -1);
+        check_error(&err, GRPC_STATUS_INTERNAL, "net/dev");
+}
+
+static void test_proc_real_self(void **state)
+{
+        cs_error *err = NULL;
+        char buf[256];
+        uint64_t rx, tx;
+        proc_io io;
+        int fd;
+
+        (void)state;
+        /* Make sure this process has read something. */
+        fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_true(read(fd, buf, sizeof(buf)) > 0);
+        close(fd);
+        if (proc_read_io("/proc", getpid(), &io, &err) < 0)
+                fail_msg("proc_read_io self: %s", err->msg);
+        assert_true(io.rchar > 0);
+        if (proc_read_net("/proc", getpid(), &rx, &tx, &err) < 0)
+                fail_msg("proc_read_net self: %s", err->msg);
+}
+
+static int count_fds(void)
+{
+        char path[64];
+        int n = 0;
+
+        for (int fd = 0; fd < 1024; fd++) {
+                snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+                n += access(path, F_OK) == 0;
+        }
+        return n;
+}
+
+/* Every path, successful or not, closes what it opened. */
+static void test_no_fd_leaks(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs v1 = { 0 }, v2 = { 0 };
+        cgroup_sample s;
+        cs_error *err = NULL;
+        pid_t *pids = NULL;
+        size_t n = 0;
+        uint64_t rx, tx;
+        proc_io io;
+        char root1[128], root2[128];
+        int before;
+
+        snprintf(root1, sizeof(root1), "%s/v1", f->dir);
+        snprintf(root2, sizeof(root2), "%s/v2", f->dir);
+        mkdirs(f->dir, "v1");
+        mkdirs(f->dir, "v2");
+        make_v1_tree(root1, "cpuacct");
+        put(root1, "cpuacct/compute/abc/cgroup.procs", "1\n");
+        make_v2_tree(root2);
+        before = count_fds();
+        detect(root1, CGROUP_V1, &v1);
+        detect(root2, CGROUP_V2, &v2);
+        read_ok(&v1, "/compute/abc", &s);
+        read_ok(&v2, "/compute/abc", &s);
+        assert_int_equal(cgroup_read(&v1, "/compute/none", &s, &err), -1);
+        cs_error_freep(&err);
+        put(root2, "compute/abc/io.stat", "bad\n");
+        assert_int_equal(cgroup_read(&v2, "/compute/abc", &s, &err), -1);
+        cs_error_freep(&err);
+        assert_int_equal(cgroup_reset_peak(&v1, "/compute/abc", &err), 0);
+        assert_int_equal(cgroup_reset_peak(&v2, "/compute/abc", &err), 1);
+        assert_int_equal(cgroup_pids(&v1, "/compute/abc", &pids, &n, &err), 0);
+        free(pids);
+        assert_int_equal(cgroup_fs_detect(f->dir, &v2, &err), -1);
+        cs_error_freep(&err);
+        assert_int_equal(proc_read_io("/proc", getpid(), &io, &err), 0);
+        assert_int_equal(proc_read_net("/proc", getpid(), &rx, &tx, &err), 0);
+        assert_int_equal(proc_read_io(f->dir, 4321, &io, &err), -1);
+        cs_error_freep(&err);
+        assert_int_equal(count_fds(), before);
+        cgroup_fs_free(&v1);
+        cgroup_fs_free(&v2);
+}
+
+/* ---- a real v1 cgroup ------------------------------------------------------------------- */
+
+typedef struct real_cgroup {
+        char name[64];
+        char cpuacct[128], memory[128];
+        bool made_cpuacct, made_memory;
+        pid_t child;
+        int release[2]; /* parent writes a byte when the child may start working */
+} real_cgroup;
+
+static int setup_real(void **state)
+{
+        real_cgroup *rc = cs_xcalloc(1, sizeof(*rc));
+
+        rc->child = -1;
+        rc->release[0] = rc->release[1] = -1;
+        snprintf(rc->name, sizeof(rc->name), "cs-test-%d", (int)getpid());
+        snprintf(rc->cpuacct, sizeof(rc->cpuacct), "/sys/fs/cgroup/cpuacct/%s", rc->name);
+        snprintf(rc->memory, sizeof(rc->memory), "/sys/fs/cgroup/memory/%s", rc->name);
+        *state = rc;
+        return 0;
+}
+
+static int teardown_real(void **state)
+{
+        real_cgroup *rc = *state;
+        int status;
+
+        if (rc->child > 0) {
+                kill(rc->child, SIGKILL);
+                waitpid(rc->child, &status, 0);
+        }
+        cs_closep(&rc->release[0]);
+        cs_closep(&rc->release[1]);
+        /* A task leaves its cgroups when reaped, so the dirs are empty now. */
+        if (rc->made_cpuacct && rmdir(rc->cpuacct) < 0)
+                fprintf(stderr, "rmdir %s: %s\n", rc->cpuacct, strerror(errno));
+        if (rc->made_memory && rmdir(rc->memory) < 0)
+                fprintf(stderr, "rmdir %s: %s\n", rc->memory, strerror(errno));
+        free(rc);
+        return 0;
+}
+
+static void write_pid(const char *dir, pid_t pid)
+{
+        char path[192], buf[32];
+        int fd, n;
+
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        n = snprintf(buf, sizeof(buf), "%d\n", (int)pid);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        if (write(fd, buf, (size_t)n) != n)
+                fail_msg("moving %d to %s: %s", (int)pid, dir, strerror(errno));
+        close(fd);
+}
+
+static int64_t cpu_time_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The child: waits for the parent to move it, burns 250 ms of CPU, touches 32 MiB, exits. */
+static void __attribute__((noreturn)) child_work(int release_fd)
+{
+        volatile uint64_t x = 0;
+        size_t size = 32 * MIB;
+        int64_t start;
+        char c;
+        char *mem;
+
+        if (read(release_fd, &c, 1) != 1)
+                _exit(2);
+        start = cpu_time_ms();
+        while (cpu_time_ms() - start < 250)
+                for (int i = 0; i < 100000; i++)
+                        x += (uint64_t)i * 7;
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED)
+                _exit(3);
+        for (size_t i = 0; i < size; i += 4096)
+                mem[i] = (char)i | 1;
+        _exit(0);
+}
+
+static void test_real_v1_cgroup(void **state)
+{
+        real_cgroup *rc = *state;
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+        cs_error *err = NULL;
+        pid_t *pids = NULL;
+        size_t n = 0;
+        bool listed = false;
+        char path[80];
+        int status;
+
+        if (geteuid() != 0)
+                skip();
+        if (cgroup_fs_detect("/sys/fs/cgroup", &fs, &err) < 0 || fs.version != CGROUP_V1) {
+                cs_error_freep(&err);
+                cgroup_fs_free(&fs);
+                skip();
+        }
+        if (mkdir(rc->cpuacct, 0755) < 0)
+                fail_msg("mkdir %s: %s", rc->cpuacct, strerror(errno));
+        rc->made_cpuacct = true;
+        if (mkdir(rc->memory, 0755) < 0)
+                fail_msg("mkdir %s: %s", rc->memory, strerror(errno));
+        rc->made_memory = true;
+
+        assert_int_equal(pipe2(rc->release, O_CLOEXEC), 0);
+        rc->child = fork();
+        assert_true(rc->child >= 0);
+        if (rc->child == 0) {
+                close(rc->release[1]);
+                child_work(rc->release[0]);
+        }
+        cs_closep(&rc->release[0]);
+        rc->release[0] = -1;
+        write_pid(rc->cpuacct, rc->child);
+        write_pid(rc->memory, rc->child);
+
+        snprintf(path, sizeof(path), "/%s", rc->name);
+        if (cgroup_pids(&fs, path, &pids, &n, &err) < 0)
+                fail_msg("cgroup_pids: %s", err->msg);
+        for (size_t i = 0; i < n; i++)
+                listed = listed || pids[i] == rc->child;
+        free(pids);
+        assert_true(listed);
+
+        assert_int_equal(write(rc->release[1], "x", 1), 1);
+        assert_int_equal(waitpid(rc->child, &status, 0), rc->child);
+        rc->child = -1;
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+
+        read_ok(&fs, path, &s);
+        if (s.cpu_ns <= 100 * UINT64_C(1000000) || s.memory_peak_bytes < 32 * MIB)
+                fail_msg("cpu_ns %llu, memory_peak_bytes %llu", (unsigned long long)s.cpu_ns,
+                         (unsigned long long)s.memory_peak_bytes);
+        assert_true(s.has_peak);
+
+        /* The child is gone and its memory with it: a reset brings the peak down. */
+        assert_int_equal(cgroup_reset_peak(&fs, path, &err), 0);
+        read_ok(&fs, path, &s);
+        assert_true(s.memory_peak_bytes < 32 * MIB);
+        cgroup_fs_free(&fs);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_detect_v1, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_detect_v1_combined_cpuacct, setup_tmp,
+                                                teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_detect_v2, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_detect_failures, setup_tmp, teardown_tmp),
+                cmocka_unit_test(test_detect_real_v1),
+                cmocka_unit_test(test_detect_real_hybrid_unified),
+                cmocka_unit_test_setup_teardown(test_read_v1, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v1_combined_cpuacct, setup_tmp,
+                                                teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v1_missing_files, setup_tmp,
+                                                teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v1_blkio_fallback, setup_tmp,
+                                                teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_not_found, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_bad_path, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v1_garbage, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_too_large, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v2, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v2_missing_files, setup_tmp,
+                                                teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v2_not_found, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_v2_garbage, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_read_nul_byte, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_reset_peak_v1, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_reset_peak_v2, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_pids, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_pids_v2, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_proc_io, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_proc_net, setup_tmp, teardown_tmp),
+                cmocka_unit_test(test_proc_real_self),
+                cmocka_unit_test_setup_teardown(test_no_fd_leaks, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_real_v1_cgroup, setup_real, teardown_real),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
