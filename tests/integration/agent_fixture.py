@@ -79,7 +79,10 @@ class AgentProcess:
         return 0
 
     def cleanup(self):
-        """Destroys every sandbox this agent made, stops it, removes its state."""
+        """Destroys every sandbox this agent made, stops it, removes its state. Returns the
+        agent's exit status (non-zero: it did not shut down cleanly, e.g. a sanitizer report),
+        with the end of its log."""
+        rc = None
         try:
             if self.proc.poll() is None:
                 c = self.client
@@ -91,7 +94,7 @@ class AgentProcess:
                         pass
         finally:
             self.client.close()
-            self.stop()
+            rc = self.stop()
             # Anything left in runsc's root (a test's stray container) goes too.
             if os.path.isdir(self.runsc_root):
                 out = subprocess.run(["runsc", "--root", self.runsc_root, "list", "-q"],
@@ -113,7 +116,9 @@ class AgentProcess:
                         os.rmdir(path)
                     except OSError:
                         pass
+            tail = self.log()[-3000:]
             shutil.rmtree(self.state, ignore_errors=True)
+        return rc, tail
 
     # --- helpers for tests ---
 

@@ -40,7 +40,9 @@ class AgentTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.agent.cleanup()
+        rc, tail = cls.agent.cleanup()
+        if rc != 0:
+            raise AssertionError(f"agent exited {rc}:\n{tail}")
 
     def exec(self, *cmd, **kw):
         return self.c.exec(self.sid, *cmd, **kw)
@@ -338,7 +340,8 @@ class AgentLifecycleTest(unittest.TestCase):
         self.c = self.agent.client
 
     def tearDown(self):
-        self.agent.cleanup()
+        rc, tail = self.agent.cleanup()
+        self.assertEqual(rc, 0, f"agent did not exit cleanly:\n{tail}")
 
     def test_oom_is_reported(self):
         sid = self.agent.new_sandbox(memory_bytes=256 * MIB)
