@@ -17,6 +17,7 @@
 #include "cgroup.h"
 #include "error.h"
 #include "runtime.h"
+#include "usage.h"
 
 /* Same numbers as compute.v1.SandboxStatus. */
 typedef enum sb_status {
@@ -25,16 +26,6 @@ typedef enum sb_status {
         SB_FAILED = 3,
         SB_DESTROYED = 4,
 } sb_status;
-
-typedef struct usage_metrics {
-        uint64_t cpu_ms;
-        uint64_t memory_peak_bytes;
-        uint64_t memory_avg_bytes;
-        uint64_t disk_read_bytes;
-        uint64_t disk_write_bytes;
-        uint64_t network_egress_bytes;
-        uint64_t network_ingress_bytes;
-} usage_metrics;
 
 /* Caps on what a client controls. */
 #define SB_ID_MAX         128 /* tenant_id, session_id */

@@ -138,6 +138,10 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg, cs_error **err);
 void *rpc_call_alloc(rpc_call *call, size_t size);
 char *rpc_call_strdup(rpc_call *call, const char *s);
 
+/* Runs fn(arg) when the call ends (after the response is sent), e.g. to free a message the
+ * response points into. From the handler's thread only. */
+void rpc_call_defer(rpc_call *call, void (*fn)(void *), void *arg);
+
 /* Logs with the call's request id and sandbox id. */
 void rpc_call_log(rpc_call *call, cs_log_level level, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

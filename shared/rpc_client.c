@@ -22,10 +22,21 @@ rpc_channel *rpc_channel_new(const char *target)
 {
         rpc_channel *ch = cs_xcalloc(1, sizeof(*ch));
         grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-        grpc_arg args[RPC_N_SIZE_ARGS];
+        grpc_arg args[RPC_N_SIZE_ARGS + 3];
         grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
 
         rpc_size_args(args, RPC_MAX_MESSAGE_BYTES);
+        /* A peer that comes back is reached within a second: gRPC's default backoff grows to
+         * two minutes, during which every call would fail with UNAVAILABLE. */
+        args[RPC_N_SIZE_ARGS] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                                            .key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                                            .value.integer = 100 };
+        args[RPC_N_SIZE_ARGS + 1] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                                                .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                                                .value.integer = 100 };
+        args[RPC_N_SIZE_ARGS + 2] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                                                .key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                                                .value.integer = 1000 };
         ch->target = cs_xstrdup(target);
         ch->channel = grpc_channel_create(target, creds, &cargs);
         grpc_channel_credentials_release(creds);

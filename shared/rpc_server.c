@@ -70,6 +70,8 @@ struct rpc_server {
 
 typedef struct arena_block {
         struct arena_block *next;
+        void (*cleanup)(void *); /* rpc_call_defer: run at the end instead of holding data */
+        void *arg;
         max_align_t data[];
 } arena_block;
 
@@ -183,6 +185,16 @@ void *rpc_call_alloc(rpc_call *c, size_t size)
         return b->data;
 }
 
+void rpc_call_defer(rpc_call *c, void (*fn)(void *), void *arg)
+{
+        arena_block *b = cs_xcalloc(1, sizeof(*b));
+
+        b->cleanup = fn;
+        b->arg = arg;
+        b->next = c->arena;
+        c->arena = b;
+}
+
 char *rpc_call_strdup(rpc_call *c, const char *s)
 {
         size_t len = strlen(s);
@@ -209,6 +221,8 @@ static void call_free(rpc_call *c)
 
         while (c->arena) {
                 arena_block *next = c->arena->next;
+                if (c->arena->cleanup)
+                        c->arena->cleanup(c->arena->arg);
                 free(c->arena);
                 c->arena = next;
         }

@@ -1,0 +1,74 @@
+/* The frontend's scheduler seam: where sandboxes are created and which node agent serves a
+ * sandbox. One ops table per backend: local (node agents given on the command line) now; the
+ * Kubernetes backend (Pods and PVCs through the API server) slots in beside it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "rpc.h"
+#include "usage.h"
+
+/* Same numbers as compute.v1.SandboxStatus. */
+typedef enum fe_status {
+        FE_STATUS_UNSPECIFIED = 0,
+        FE_STATUS_STARTING = 1,
+        FE_STATUS_READY = 2,
+        FE_STATUS_FAILED = 3,
+        FE_STATUS_DESTROYED = 4,
+} fe_status;
+
+typedef struct fe_spec {
+        const char *tenant_id, *session_id, *image;
+        const char *storage_class, *size, *mount_path; /* WorkspaceSpec */
+        uint32_t cpu_millis;
+        uint64_t memory_bytes;
+        int64_t max_runtime_ms;
+} fe_spec;
+
+/* A sandbox as the frontend answers about it. id is owned (free with fe_view_clear). */
+typedef struct fe_view {
+        char *id;
+        fe_status status;
+        int64_t created_at_ms, destroyed_at_ms; /* wall clock; 0: not set */
+        usage_metrics usage;
+} fe_view;
+
+void fe_view_clear(fe_view *v);
+
+/* Where calls for one sandbox go: a channel to its node agent (borrowed: valid while the
+ * scheduler lives) and how that agent names it. */
+typedef struct fe_route {
+        rpc_channel *channel;
+        char sandbox_id[64];
+        char pod_namespace[64], pod_name[256]; /* kube mode */
+} fe_route;
+
+typedef struct scheduler scheduler;
+
+typedef struct scheduler_ops {
+        const char *name;
+        /* Creates the session's sandbox, or returns the one it already has. */
+        int (*create)(scheduler *s, const fe_spec *spec, rpc_call *call, fe_view *ret,
+                      cs_error **err);
+        int (*describe)(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err);
+        int (*destroy)(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err);
+        /* NOT_FOUND for a sandbox no agent has; UNAVAILABLE when its agent is unreachable. */
+        int (*route)(scheduler *s, const char *id, rpc_call *call, fe_route *ret, cs_error **err);
+        void (*free)(scheduler *s);
+} scheduler_ops;
+
+struct scheduler {
+        const scheduler_ops *ops;
+};
+
+typedef struct local_config {
+        const char *agents;       /* "host:port,host:port" */
+        int64_t agent_timeout_ms; /* per unary call to an agent */
+        int64_t poll_ms;          /* agent health checks */
+} local_config;
+
+/* Connects to the agents and learns what sandboxes they hold before returning (an agent that
+ * is down is learnt about when it comes back). */
+scheduler *scheduler_local_new(const local_config *cfg, cs_error **err);

@@ -1,0 +1,571 @@
+/* The local scheduler: node agents listed on the command line.
+ *
+ * State, all rebuilt from the agents (the frontend keeps nothing a restart would lose):
+ * which agent holds which sandbox, learnt by listing each agent when it is first seen
+ * healthy and whenever it comes back, and by asking the agents about ids not seen yet.
+ *
+ * Placement: a new session goes to the healthy agent with the fewest live sandboxes. A
+ * session that has a live sandbox keeps it (creates are serialised per session, and the
+ * agent itself refuses a second live sandbox per session). While any agent has never been
+ * listed, creates are refused with UNAVAILABLE: that agent might hold the session already.
+ *
+ * This file talks to the agents, so it speaks their protobuf. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compute/v1/compute.pb-c.h"
+#include "nodeagent/v1/nodeagent.pb-c.h"
+#include "scheduler.h"
+#include "util.h"
+#include "uuid.h"
+
+#define NA(name)      "/nodeagent.v1.NodeAgent/" name
+#define SESSION_LOCKS 64
+#define MAX_AGENTS    256
+
+typedef struct agent {
+        char *addr;
+        rpc_channel *ch;
+        bool healthy;
+        bool listed; /* its sandboxes are in the map */
+        uint32_t live;
+} agent;
+
+typedef struct entry {
+        struct entry *next;
+        char id[CS_UUID_STRLEN + 1];
+        char *tenant_id, *session_id;
+        int agent;
+        bool destroyed;
+} entry;
+
+typedef struct local {
+        scheduler s;
+        local_config cfg;
+        agent agents[MAX_AGENTS];
+        int n_agents;
+        pthread_mutex_t lock; /* agents' health, the map */
+        pthread_cond_t cond;
+        entry *map;
+        pthread_mutex_t session_locks[SESSION_LOCKS];
+        unsigned next_agent; /* round-robin among equals */
+        pthread_t poller;
+        bool stopping;
+} local;
+
+#define LOCAL(s) ((local *)(s))
+
+void fe_view_clear(fe_view *v)
+{
+        free(v->id);
+        memset(v, 0, sizeof(*v));
+}
+
+static int64_t ts_ms(const Google__Protobuf__Timestamp *ts)
+{
+        return ts ? ts->seconds * 1000 + ts->nanos / 1000000 : 0;
+}
+
+static void view_from_info(const Nodeagent__V1__SandboxInfo *in, fe_view *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        ret->id = cs_xstrdup(in->sandbox_id);
+        ret->status = (fe_status)in->status;
+        ret->created_at_ms = ts_ms(in->created_at);
+        ret->destroyed_at_ms = ts_ms(in->destroyed_at);
+        if (in->usage) {
+                ret->usage = (usage_metrics){
+                        .cpu_ms = in->usage->cpu_ms,
+                        .memory_peak_bytes = in->usage->memory_peak_bytes,
+                        .memory_avg_bytes = in->usage->memory_avg_bytes,
+                        .disk_read_bytes = in->usage->disk_read_bytes,
+                        .disk_write_bytes = in->usage->disk_write_bytes,
+                        .network_egress_bytes = in->usage->network_egress_bytes,
+                        .network_ingress_bytes = in->usage->network_ingress_bytes,
+                };
+        }
+}
+
+/* --- the map --------------------------------------------------------------------------- */
+
+static entry *map_find_locked(local *l, const char *id)
+{
+        for (entry *e = l->map; e; e = e->next) {
+                if (strcasecmp(e->id, id) == 0)
+                        return e;
+        }
+        return NULL;
+}
+
+static entry *map_find_session_locked(local *l, const char *tenant, const char *session)
+{
+        for (entry *e = l->map; e; e = e->next) {
+                if (!e->destroyed && strcmp(e->tenant_id, tenant) == 0 &&
+                    strcmp(e->session_id, session) == 0)
+                        return e;
+        }
+        return NULL;
+}
+
+/* Records what an agent says about a sandbox. */
+static void map_learn_locked(local *l, int agent_idx, const Nodeagent__V1__SandboxInfo *in)
+{
+        entry *e = map_find_locked(l, in->sandbox_id);
+
+        if (!e) {
+                e = cs_xcalloc(1, sizeof(*e));
+                snprintf(e->id, sizeof(e->id), "%s", in->sandbox_id);
+                e->tenant_id = cs_xstrdup(in->tenant_id);
+                e->session_id = cs_xstrdup(in->session_id);
+                e->next = l->map;
+                l->map = e;
+        }
+        e->agent = agent_idx;
+        e->destroyed = in->status == COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_DESTROYED;
+}
+
+static void map_forget_locked(local *l, const char *id)
+{
+        for (entry **p = &l->map; *p; p = &(*p)->next) {
+                if (strcasecmp((*p)->id, id) == 0) {
+                        entry *e = *p;
+                        *p = e->next;
+                        free(e->tenant_id);
+                        free(e->session_id);
+                        free(e);
+                        return;
+                }
+        }
+}
+
+/* --- talking to agents ----------------------------------------------------------------- */
+
+static int agent_call(local *l, int idx, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, rpc_call *parent,
+                      ProtobufCMessage **ret, cs_error **err)
+{
+        rpc_call_options opts = { .timeout_ms = l->cfg.agent_timeout_ms, .parent = parent };
+        int r = rpc_unary(l->agents[idx].ch, method, req, resp_desc, &opts, ret, err);
+
+        if (r < 0 && (*err)->code == GRPC_STATUS_UNAVAILABLE) {
+                pthread_mutex_lock(&l->lock);
+                l->agents[idx].healthy = false;
+                pthread_mutex_unlock(&l->lock);
+                cs_error_prefix(err, "node agent %s", l->agents[idx].addr);
+        }
+        return r;
+}
+
+/* Lists every sandbox an agent holds (destroyed ones too) into the map. */
+static int agent_list(local *l, int idx, cs_error **err)
+{
+        char token[32] = "";
+
+        for (;;) {
+                Nodeagent__V1__ListSandboxesRequest req =
+                        NODEAGENT__V1__LIST_SANDBOXES_REQUEST__INIT;
+                Nodeagent__V1__ListSandboxesResponse *resp = NULL;
+
+                req.include_destroyed = true;
+                req.page_token = token;
+                if (agent_call(l, idx, NA("ListSandboxes"), &req.base,
+                               &nodeagent__v1__list_sandboxes_response__descriptor, NULL,
+                               (ProtobufCMessage **)&resp, err) < 0)
+                        return -1;
+                pthread_mutex_lock(&l->lock);
+                for (size_t i = 0; i < resp->n_sandboxes; i++)
+                        map_learn_locked(l, idx, resp->sandboxes[i]);
+                pthread_mutex_unlock(&l->lock);
+                snprintf(token, sizeof(token), "%s", resp->next_page_token);
+                protobuf_c_message_free_unpacked(&resp->base, NULL);
+                if (!token[0])
+                        return 0;
+        }
+}
+
+/* One health check; lists the agent when it (re)appears. */
+static void agent_poll(local *l, int idx)
+{
+        Nodeagent__V1__GetAgentInfoRequest req = NODEAGENT__V1__GET_AGENT_INFO_REQUEST__INIT;
+        Nodeagent__V1__GetAgentInfoResponse *resp = NULL;
+        cs_error *err = NULL;
+        bool was, listed = false;
+
+        if (agent_call(l, idx, NA("GetAgentInfo"), &req.base,
+                       &nodeagent__v1__get_agent_info_response__descriptor, NULL,
+                       (ProtobufCMessage **)&resp, &err) < 0) {
+                pthread_mutex_lock(&l->lock);
+                was = l->agents[idx].healthy;
+                l->agents[idx].healthy = false;
+                pthread_mutex_unlock(&l->lock);
+                if (was)
+                        log_warn("node agent %s is down: %s", l->agents[idx].addr, err->msg);
+                cs_error_free(err);
+                return;
+        }
+        pthread_mutex_lock(&l->lock);
+        was = l->agents[idx].healthy;
+        l->agents[idx].live = resp->sandboxes_live;
+        pthread_mutex_unlock(&l->lock);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        if (!was) {
+                listed = agent_list(l, idx, &err) == 0;
+                if (!listed) {
+                        log_warn("node agent %s: cannot list sandboxes: %s", l->agents[idx].addr,
+                                 err->msg);
+                        cs_error_free(err);
+                }
+        }
+        pthread_mutex_lock(&l->lock);
+        if (was || listed) {
+                l->agents[idx].healthy = true;
+                l->agents[idx].listed = true;
+                pthread_cond_broadcast(&l->cond);
+        }
+        pthread_mutex_unlock(&l->lock);
+        if (!was && listed)
+                log_info("node agent %s is up", l->agents[idx].addr);
+}
+
+static void *poller_main(void *arg)
+{
+        local *l = arg;
+
+        for (;;) {
+                struct timespec ts;
+                int64_t wake = cs_now_monotonic_ms() + l->cfg.poll_ms;
+
+                pthread_mutex_lock(&l->lock);
+                while (!l->stopping && cs_now_monotonic_ms() < wake) {
+                        ts.tv_sec = wake / 1000;
+                        ts.tv_nsec = (wake % 1000) * 1000000;
+                        pthread_cond_timedwait(&l->cond, &l->lock, &ts);
+                }
+                if (l->stopping) {
+                        pthread_mutex_unlock(&l->lock);
+                        return NULL;
+                }
+                pthread_mutex_unlock(&l->lock);
+                for (int i = 0; i < l->n_agents; i++)
+                        agent_poll(l, i);
+        }
+}
+
+/* --- the ops --------------------------------------------------------------------------- */
+
+static unsigned session_hash(const char *tenant, const char *session)
+{
+        unsigned h = 2166136261u;
+
+        for (const char *p = tenant; *p; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+        h = (h ^ 0xff) * 16777619u;
+        for (const char *p = session; *p; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+        return h;
+}
+
+/* The healthy agent with the fewest live sandboxes, or -1 with why. */
+static int place_locked(local *l, cs_error **err)
+{
+        int best = -1;
+
+        for (int k = 0; k < l->n_agents; k++) {
+                int i = (int)((l->next_agent + (unsigned)k) % (unsigned)l->n_agents);
+                if (!l->agents[i].listed)
+                        return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                                            "node agent %s has not been reachable since this "
+                                            "frontend started; it may hold this session",
+                                            l->agents[i].addr);
+                if (l->agents[i].healthy && (best < 0 || l->agents[i].live < l->agents[best].live))
+                        best = i;
+        }
+        if (best < 0)
+                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "no node agent is reachable");
+        l->next_agent = (unsigned)best + 1;
+        l->agents[best].live++;
+        return best;
+}
+
+static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, rpc_call *call,
+                        fe_view *ret, cs_error **err)
+{
+        Nodeagent__V1__CreateSandboxRequest req = NODEAGENT__V1__CREATE_SANDBOX_REQUEST__INIT;
+        Nodeagent__V1__CreateSandboxResponse *resp = NULL;
+        Google__Protobuf__Duration max_runtime = GOOGLE__PROTOBUF__DURATION__INIT;
+
+        req.sandbox_id = (char *)id;
+        req.tenant_id = (char *)spec->tenant_id;
+        req.session_id = (char *)spec->session_id;
+        req.image = (char *)spec->image;
+        req.mount_path = (char *)spec->mount_path;
+        req.cpu_millis = spec->cpu_millis;
+        req.memory_bytes = spec->memory_bytes;
+        if (spec->max_runtime_ms) {
+                max_runtime.seconds = spec->max_runtime_ms / 1000;
+                max_runtime.nanos = (int32_t)(spec->max_runtime_ms % 1000) * 1000000;
+                req.max_runtime = &max_runtime;
+        }
+        if (agent_call(l, idx, NA("CreateSandbox"), &req.base,
+                       &nodeagent__v1__create_sandbox_response__descriptor, call,
+                       (ProtobufCMessage **)&resp, err) < 0)
+                return -1;
+        pthread_mutex_lock(&l->lock);
+        map_learn_locked(l, idx, resp->sandbox);
+        pthread_mutex_unlock(&l->lock);
+        view_from_info(resp->sandbox, ret);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return 0;
+}
+
+static int local_create(scheduler *s, const fe_spec *spec, rpc_call *call, fe_view *ret,
+                        cs_error **err)
+{
+        local *l = LOCAL(s);
+        pthread_mutex_t *session_lock =
+                &l->session_locks[session_hash(spec->tenant_id, spec->session_id) % SESSION_LOCKS];
+        char id[CS_UUID_STRLEN + 1];
+        int idx, r = -1;
+
+        pthread_mutex_lock(session_lock);
+        /* Twice at most: a sandbox the map still thought live may turn out destroyed (by
+         * another frontend); then the session gets a new one. */
+        for (int attempt = 0; attempt < 2; attempt++) {
+                pthread_mutex_lock(&l->lock);
+                entry *e = map_find_session_locked(l, spec->tenant_id, spec->session_id);
+                if (e) {
+                        snprintf(id, sizeof(id), "%s", e->id);
+                        idx = e->agent;
+                } else {
+                        cs_uuid_generate(id);
+                        idx = place_locked(l, err);
+                }
+                pthread_mutex_unlock(&l->lock);
+                r = idx < 0 ? -1 : agent_create(l, idx, id, spec, call, ret, err);
+                if (r < 0 || ret->status != FE_STATUS_DESTROYED)
+                        break;
+                fe_view_clear(ret);
+        }
+        pthread_mutex_unlock(session_lock);
+        return r;
+}
+
+/* Finds the agent holding id: the map, else every reachable agent. */
+static int locate(local *l, const char *id, rpc_call *call, int *ret_idx, cs_error **err)
+{
+        bool unreachable = false;
+        entry *e;
+
+        pthread_mutex_lock(&l->lock);
+        e = map_find_locked(l, id);
+        if (e) {
+                int idx = e->agent;
+                bool healthy = l->agents[idx].healthy;
+                pthread_mutex_unlock(&l->lock);
+                if (!healthy)
+                        return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                                            "sandbox %s is on node agent %s, which is unreachable",
+                                            id, l->agents[idx].addr);
+                *ret_idx = idx;
+                return 0;
+        }
+        pthread_mutex_unlock(&l->lock);
+
+        for (int i = 0; i < l->n_agents; i++) {
+                Nodeagent__V1__GetSandboxRequest req = NODEAGENT__V1__GET_SANDBOX_REQUEST__INIT;
+                Nodeagent__V1__SandboxRef ref = NODEAGENT__V1__SANDBOX_REF__INIT;
+                Nodeagent__V1__GetSandboxResponse *resp = NULL;
+                cs_error *e2 = NULL;
+
+                ref.sandbox_id = (char *)id;
+                req.ref = &ref;
+                if (agent_call(l, i, NA("GetSandbox"), &req.base,
+                               &nodeagent__v1__get_sandbox_response__descriptor, call,
+                               (ProtobufCMessage **)&resp, &e2) == 0) {
+                        pthread_mutex_lock(&l->lock);
+                        map_learn_locked(l, i, resp->sandbox);
+                        pthread_mutex_unlock(&l->lock);
+                        protobuf_c_message_free_unpacked(&resp->base, NULL);
+                        *ret_idx = i;
+                        return 0;
+                }
+                unreachable |= e2->code != GRPC_STATUS_NOT_FOUND;
+                cs_error_free(e2);
+        }
+        if (unreachable)
+                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                                    "sandbox %s is not on any reachable node agent, and some "
+                                    "are unreachable",
+                                    id);
+        return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox %s", id);
+}
+
+/* An agent answered NOT_FOUND for a sandbox in the map: its grace period has ended. */
+static void forget_if_gone(local *l, const char *id, cs_error *err)
+{
+        if (err && err->code == GRPC_STATUS_NOT_FOUND) {
+                pthread_mutex_lock(&l->lock);
+                map_forget_locked(l, id);
+                pthread_mutex_unlock(&l->lock);
+        }
+}
+
+static int local_describe(scheduler *s, const char *id, rpc_call *call, fe_view *ret,
+                          cs_error **err)
+{
+        local *l = LOCAL(s);
+        Nodeagent__V1__GetSandboxRequest req = NODEAGENT__V1__GET_SANDBOX_REQUEST__INIT;
+        Nodeagent__V1__SandboxRef ref = NODEAGENT__V1__SANDBOX_REF__INIT;
+        Nodeagent__V1__GetSandboxResponse *resp = NULL;
+        int idx;
+
+        if (locate(l, id, call, &idx, err) < 0)
+                return -1;
+        ref.sandbox_id = (char *)id;
+        req.ref = &ref;
+        if (agent_call(l, idx, NA("GetSandbox"), &req.base,
+                       &nodeagent__v1__get_sandbox_response__descriptor, call,
+                       (ProtobufCMessage **)&resp, err) < 0) {
+                forget_if_gone(l, id, *err);
+                return -1;
+        }
+        view_from_info(resp->sandbox, ret);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return 0;
+}
+
+static int local_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err)
+{
+        local *l = LOCAL(s);
+        Nodeagent__V1__DestroySandboxRequest req = NODEAGENT__V1__DESTROY_SANDBOX_REQUEST__INIT;
+        Nodeagent__V1__SandboxRef ref = NODEAGENT__V1__SANDBOX_REF__INIT;
+        Nodeagent__V1__DestroySandboxResponse *resp = NULL;
+        int idx;
+
+        if (locate(l, id, call, &idx, err) < 0)
+                return -1;
+        ref.sandbox_id = (char *)id;
+        req.ref = &ref;
+        if (agent_call(l, idx, NA("DestroySandbox"), &req.base,
+                       &nodeagent__v1__destroy_sandbox_response__descriptor, call,
+                       (ProtobufCMessage **)&resp, err) < 0) {
+                forget_if_gone(l, id, *err);
+                return -1;
+        }
+        pthread_mutex_lock(&l->lock);
+        map_learn_locked(l, idx, resp->sandbox);
+        pthread_mutex_unlock(&l->lock);
+        view_from_info(resp->sandbox, ret);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return 0;
+}
+
+static int local_route(scheduler *s, const char *id, rpc_call *call, fe_route *ret, cs_error **err)
+{
+        local *l = LOCAL(s);
+        int idx;
+
+        if (locate(l, id, call, &idx, err) < 0)
+                return -1;
+        memset(ret, 0, sizeof(*ret));
+        ret->channel = l->agents[idx].ch;
+        snprintf(ret->sandbox_id, sizeof(ret->sandbox_id), "%s", id);
+        return 0;
+}
+
+static void local_free(scheduler *s)
+{
+        local *l = LOCAL(s);
+
+        if (!l)
+                return;
+        pthread_mutex_lock(&l->lock);
+        l->stopping = true;
+        pthread_cond_broadcast(&l->cond);
+        pthread_mutex_unlock(&l->lock);
+        pthread_join(l->poller, NULL);
+        while (l->map) {
+                entry *next = l->map->next;
+                free(l->map->tenant_id);
+                free(l->map->session_id);
+                free(l->map);
+                l->map = next;
+        }
+        for (int i = 0; i < l->n_agents; i++) {
+                rpc_channel_free(l->agents[i].ch);
+                free(l->agents[i].addr);
+        }
+        for (int i = 0; i < SESSION_LOCKS; i++)
+                pthread_mutex_destroy(&l->session_locks[i]);
+        pthread_cond_destroy(&l->cond);
+        pthread_mutex_destroy(&l->lock);
+        free(l);
+}
+
+static const scheduler_ops local_ops = {
+        .name = "local",
+        .create = local_create,
+        .describe = local_describe,
+        .destroy = local_destroy,
+        .route = local_route,
+        .free = local_free,
+};
+
+scheduler *scheduler_local_new(const local_config *cfg, cs_error **err)
+{
+        local *l = cs_xcalloc(1, sizeof(*l));
+        _cleanup_free_ char *list = cs_xstrdup(cfg->agents);
+        pthread_condattr_t ca;
+        char *save = NULL;
+
+        l->s.ops = &local_ops;
+        l->cfg = *cfg;
+        l->cfg.agents = NULL; /* not kept */
+        pthread_mutex_init(&l->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&l->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        for (int i = 0; i < SESSION_LOCKS; i++)
+                pthread_mutex_init(&l->session_locks[i], NULL);
+        for (char *a = strtok_r(list, ", ", &save); a; a = strtok_r(NULL, ", ", &save)) {
+                if (l->n_agents == MAX_AGENTS) {
+                        cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                     "--agents: more than %d agents", MAX_AGENTS);
+                        goto fail;
+                }
+                l->agents[l->n_agents].addr = cs_xstrdup(a);
+                l->agents[l->n_agents].ch = rpc_channel_new(a);
+                l->n_agents++;
+        }
+        if (l->n_agents == 0) {
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "--agents: no node agent given");
+                goto fail;
+        }
+        /* Learn what the reachable agents hold before serving anything. */
+        for (int i = 0; i < l->n_agents; i++)
+                agent_poll(l, i);
+        if (pthread_create(&l->poller, NULL, poller_main, l) != 0) {
+                cs_error_errno(err, errno, "cannot start the agent poller");
+                goto fail;
+        }
+        return &l->s;
+fail:
+        l->stopping = true;
+        for (int i = 0; i < l->n_agents; i++) {
+                rpc_channel_free(l->agents[i].ch);
+                free(l->agents[i].addr);
+        }
+        while (l->map) {
+                entry *next = l->map->next;
+                free(l->map->tenant_id);
+                free(l->map->session_id);
+                free(l->map);
+                l->map = next;
+        }
+        free(l);
+        return NULL;
+}

@@ -1,0 +1,372 @@
+/* compute.v1.ComputeService: validation first, then the scheduler (lifecycle) or the node
+ * agent that holds the sandbox (exec and files, relayed). */
+#include "service.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "compute/v1/compute.pb-c.h"
+#include "nodeagent/v1/nodeagent.pb-c.h"
+#include "util.h"
+#include "uuid.h"
+
+#define NA(name) "/nodeagent.v1.NodeAgent/" name
+/* tenant_id and session_id: at most this many bytes, printable ASCII. */
+#define FE_ID_MAX 128
+
+static frontend_service svc;
+
+/* --- conversions and checks ------------------------------------------------------------ */
+
+static Google__Protobuf__Timestamp *ts_from_ms(rpc_call *call, int64_t ms)
+{
+        Google__Protobuf__Timestamp *ts;
+
+        if (ms <= 0)
+                return NULL;
+        ts = rpc_call_alloc(call, sizeof(*ts));
+        google__protobuf__timestamp__init(ts);
+        ts->seconds = ms / 1000;
+        ts->nanos = (int32_t)(ms % 1000) * 1000000;
+        return ts;
+}
+
+static Google__Protobuf__Duration *dur_from_ms(rpc_call *call, int64_t ms)
+{
+        Google__Protobuf__Duration *d = rpc_call_alloc(call, sizeof(*d));
+
+        google__protobuf__duration__init(d);
+        d->seconds = ms / 1000;
+        d->nanos = (int32_t)(ms % 1000) * 1000000;
+        return d;
+}
+
+static Common__V1__UsageMetrics *usage_to_pb(rpc_call *call, const usage_metrics *u)
+{
+        Common__V1__UsageMetrics *m = rpc_call_alloc(call, sizeof(*m));
+
+        common__v1__usage_metrics__init(m);
+        m->cpu_ms = u->cpu_ms;
+        m->memory_peak_bytes = u->memory_peak_bytes;
+        m->memory_avg_bytes = u->memory_avg_bytes;
+        m->disk_read_bytes = u->disk_read_bytes;
+        m->disk_write_bytes = u->disk_write_bytes;
+        m->network_egress_bytes = u->network_egress_bytes;
+        m->network_ingress_bytes = u->network_ingress_bytes;
+        return m;
+}
+
+static int check_sandbox_id(rpc_call *call, const char *id, cs_error **err)
+{
+        if (!cs_uuid_valid(id))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "sandbox_id is not a valid UUID");
+        rpc_call_set_sandbox_id(call, id);
+        return 0;
+}
+
+static int check_id(const char *name, const char *v, cs_error **err)
+{
+        size_t len = strlen(v);
+
+        if (len == 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is empty", name);
+        if (len > FE_ID_MAX)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is longer than %d bytes",
+                                    name, FE_ID_MAX);
+        for (const char *p = v; *p; p++) {
+                if (*p < 0x21 || *p > 0x7e)
+                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                            "%s must be printable ASCII without spaces", name);
+        }
+        return 0;
+}
+
+static int check_path(const char *path, bool allow_empty, cs_error **err)
+{
+        if (!allow_empty && !path[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "path is empty");
+        return 0;
+}
+
+/* A Duration as milliseconds: 0 if unset, -1 if negative. */
+static int64_t dur_to_ms(const Google__Protobuf__Duration *d)
+{
+        if (!d)
+                return 0;
+        if (d->seconds < 0 || d->nanos < 0)
+                return -1;
+        if (d->seconds > INT64_MAX / 2000)
+                return INT64_MAX / 2;
+        return d->seconds * 1000 + d->nanos / 1000000;
+}
+
+static Nodeagent__V1__SandboxRef *route_ref(rpc_call *call, const fe_route *route)
+{
+        Nodeagent__V1__SandboxRef *ref = rpc_call_alloc(call, sizeof(*ref));
+
+        nodeagent__v1__sandbox_ref__init(ref);
+        ref->sandbox_id = rpc_call_strdup(call, route->sandbox_id);
+        if (route->pod_name[0]) {
+                Nodeagent__V1__PodRef *pod = rpc_call_alloc(call, sizeof(*pod));
+                nodeagent__v1__pod_ref__init(pod);
+                pod->pod_namespace = rpc_call_strdup(call, route->pod_namespace);
+                pod->pod_name = rpc_call_strdup(call, route->pod_name);
+                ref->pod = pod;
+        }
+        return ref;
+}
+
+/* --- lifecycle ------------------------------------------------------------------------- */
+
+static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                    void *userdata, cs_error **err)
+{
+        const Compute__V1__CreateSandboxRequest *req = (const void *)req_msg;
+        Compute__V1__CreateSandboxResponse *resp = (void *)resp_msg;
+        const Compute__V1__WorkspaceSpec *ws = req->workspace;
+        const Compute__V1__ResourceLimits *lim = req->limits;
+        fe_view v = { 0 };
+        fe_spec spec = {
+                .tenant_id = req->tenant_id,
+                .session_id = req->session_id,
+                .image = req->image[0] ? req->image : svc.default_image,
+                .storage_class = ws ? ws->storage_class : "",
+                .size = ws ? ws->size : "",
+                .mount_path = ws ? ws->mount_path : "",
+                .cpu_millis = lim ? lim->cpu_millis : 0,
+                .memory_bytes = lim ? lim->memory_bytes : 0,
+                .max_runtime_ms = lim ? dur_to_ms(lim->max_runtime) : 0,
+        };
+
+        (void)userdata;
+        if (check_id("tenant_id", req->tenant_id, err) < 0 ||
+            check_id("session_id", req->session_id, err) < 0)
+                return -1;
+        if (spec.max_runtime_ms < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "limits.max_runtime is negative");
+        if (svc.sched->ops->create(svc.sched, &spec, call, &v, err) < 0)
+                return -1;
+        rpc_call_set_sandbox_id(call, v.id);
+        rpc_call_log(call, CS_LOG_INFO, "sandbox for tenant %s session %s", req->tenant_id,
+                     req->session_id);
+        resp->sandbox_id = rpc_call_strdup(call, v.id);
+        resp->status = (Compute__V1__SandboxStatus)v.status;
+        resp->created_at = ts_from_ms(call, v.created_at_ms);
+        fe_view_clear(&v);
+        return 0;
+}
+
+static int h_describe(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                      void *userdata, cs_error **err)
+{
+        const Compute__V1__DescribeSandboxRequest *req = (const void *)req_msg;
+        Compute__V1__DescribeSandboxResponse *resp = (void *)resp_msg;
+        fe_view v = { 0 };
+        int64_t end;
+
+        (void)userdata;
+        if (check_sandbox_id(call, req->sandbox_id, err) < 0 ||
+            svc.sched->ops->describe(svc.sched, req->sandbox_id, call, &v, err) < 0)
+                return -1;
+        /* A destroyed sandbox's uptime stops at its destruction. */
+        end = v.destroyed_at_ms ? v.destroyed_at_ms : cs_now_realtime_ms();
+        resp->sandbox_id = req->sandbox_id;
+        resp->status = (Compute__V1__SandboxStatus)v.status;
+        resp->created_at = ts_from_ms(call, v.created_at_ms);
+        resp->current_uptime = dur_from_ms(call, end > v.created_at_ms ? end - v.created_at_ms : 0);
+        resp->current_usage = usage_to_pb(call, &v.usage);
+        fe_view_clear(&v);
+        return 0;
+}
+
+static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                     void *userdata, cs_error **err)
+{
+        const Compute__V1__DestroySandboxRequest *req = (const void *)req_msg;
+        Compute__V1__DestroySandboxResponse *resp = (void *)resp_msg;
+        fe_view v = { 0 };
+
+        (void)userdata;
+        if (check_sandbox_id(call, req->sandbox_id, err) < 0 ||
+            svc.sched->ops->destroy(svc.sched, req->sandbox_id, call, &v, err) < 0)
+                return -1;
+        rpc_call_log(call, CS_LOG_INFO, "sandbox destroyed");
+        resp->sandbox_id = req->sandbox_id;
+        resp->total_usage = usage_to_pb(call, &v.usage);
+        fe_view_clear(&v);
+        return 0;
+}
+
+/* --- exec ------------------------------------------------------------------------------ */
+
+static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdata, cs_error **err)
+{
+        const Compute__V1__ExecCommandRequest *req = (const void *)req_msg;
+        Nodeagent__V1__ExecRequest out = NODEAGENT__V1__EXEC_REQUEST__INIT;
+        Nodeagent__V1__ExecRequest__EnvEntry *env;
+        rpc_call_options opts = { .parent = call };
+        rpc_stream *st = NULL;
+        fe_route route;
+        int r;
+
+        (void)userdata;
+        if (check_sandbox_id(call, req->sandbox_id, err) < 0)
+                return -1;
+        if (!req->command[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "command is empty");
+        if (dur_to_ms(req->timeout) < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "timeout is negative");
+        if (svc.sched->ops->route(svc.sched, req->sandbox_id, call, &route, err) < 0)
+                return -1;
+
+        out.ref = route_ref(call, &route);
+        out.command = req->command;
+        out.n_args = req->n_args;
+        out.args = req->args;
+        out.working_dir = req->working_dir;
+        out.timeout = req->timeout;
+        out.wait_ready_timeout = dur_from_ms(call, svc.wait_ready_ms);
+        out.n_env = req->n_env;
+        out.env = rpc_call_alloc(call, (req->n_env + 1) * sizeof(*out.env));
+        env = rpc_call_alloc(call, (req->n_env + 1) * sizeof(*env));
+        for (size_t i = 0; i < req->n_env; i++) {
+                nodeagent__v1__exec_request__env_entry__init(&env[i]);
+                env[i].key = req->env[i]->key;
+                env[i].value = req->env[i]->value;
+                out.env[i] = &env[i];
+        }
+        /* The agent's stream is a child of this call: cancelling this one cancels it, and
+         * one message is relayed at a time, so backpressure reaches the process. */
+        if (rpc_stream_open(route.channel, NA("Exec"), &out.base,
+                            &compute__v1__exec_event__descriptor, &opts, &st, err) < 0)
+                return -1;
+        r = rpc_stream_relay(call, st, NULL, NULL, err);
+        rpc_stream_free(st);
+        return r;
+}
+
+/* --- files ----------------------------------------------------------------------------- */
+
+static void free_message(void *msg)
+{
+        protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+/* Sends req to the agent on `route`; the agent's response (a compute.v1 message, the same
+ * type as ours) is moved into resp shallowly, and freed when the call ends. */
+static int relay_unary(rpc_call *call, const fe_route *route, const char *method,
+                       ProtobufCMessage *req, ProtobufCMessage *resp, cs_error **err)
+{
+        rpc_call_options opts = { .timeout_ms = svc.agent_timeout_ms, .parent = call };
+        ProtobufCMessage *got = NULL;
+
+        if (rpc_unary(route->channel, method, req, resp->descriptor, &opts, &got, err) < 0)
+                return -1;
+        memcpy((char *)resp + sizeof(ProtobufCMessage), (char *)got + sizeof(ProtobufCMessage),
+               resp->descriptor->sizeof_message - sizeof(ProtobufCMessage));
+        rpc_call_defer(call, free_message, got);
+        return 0;
+}
+
+/* Checks the id and path, and finds the sandbox's agent. */
+static int file_route(rpc_call *call, const char *id, const char *path, bool allow_empty,
+                      fe_route *ret, cs_error **err)
+{
+        if (check_sandbox_id(call, id, err) < 0 || check_path(path, allow_empty, err) < 0)
+                return -1;
+        return svc.sched->ops->route(svc.sched, id, call, ret, err);
+}
+
+static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                       void *userdata, cs_error **err)
+{
+        const Compute__V1__ReadFileRequest *req = (const void *)req_msg;
+        Nodeagent__V1__ReadFileRequest out = NODEAGENT__V1__READ_FILE_REQUEST__INIT;
+        fe_route route;
+
+        (void)userdata;
+        if (req->offset < 0 || req->max_bytes < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "offset and max_bytes must not be negative");
+        if (file_route(call, req->sandbox_id, req->path, false, &route, err) < 0)
+                return -1;
+        out.ref = route_ref(call, &route);
+        out.path = req->path;
+        out.offset = req->offset;
+        out.max_bytes = req->max_bytes;
+        return relay_unary(call, &route, NA("ReadFile"), &out.base, resp_msg, err);
+}
+
+static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                        void *userdata, cs_error **err)
+{
+        const Compute__V1__WriteFileRequest *req = (const void *)req_msg;
+        Nodeagent__V1__WriteFileRequest out = NODEAGENT__V1__WRITE_FILE_REQUEST__INIT;
+        fe_route route;
+
+        (void)userdata;
+        if (req->data.len > RPC_DATA_MAX_BYTES)
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "data of %zu bytes is over the %d-byte cap per call; write "
+                                    "in chunks with append",
+                                    req->data.len, RPC_DATA_MAX_BYTES);
+        if (file_route(call, req->sandbox_id, req->path, false, &route, err) < 0)
+                return -1;
+        out.ref = route_ref(call, &route);
+        out.path = req->path;
+        out.data = req->data;
+        out.append = req->append;
+        out.mode = req->mode;
+        return relay_unary(call, &route, NA("WriteFile"), &out.base, resp_msg, err);
+}
+
+static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                        void *userdata, cs_error **err)
+{
+        const Compute__V1__ListFilesRequest *req = (const void *)req_msg;
+        Nodeagent__V1__ListFilesRequest out = NODEAGENT__V1__LIST_FILES_REQUEST__INIT;
+        fe_route route;
+
+        (void)userdata;
+        /* An empty path lists the workspace root. */
+        if (file_route(call, req->sandbox_id, req->path, true, &route, err) < 0)
+                return -1;
+        out.ref = route_ref(call, &route);
+        out.path = req->path;
+        out.recursive = req->recursive;
+        out.max_entries = req->max_entries;
+        return relay_unary(call, &route, NA("ListFiles"), &out.base, resp_msg, err);
+}
+
+/* --- the method table ------------------------------------------------------------------ */
+
+#define CS(name) "/compute.v1.ComputeService/" name
+
+static const rpc_method methods[] = {
+        { CS("CreateSandbox"), &compute__v1__create_sandbox_request__descriptor,
+          &compute__v1__create_sandbox_response__descriptor, h_create, NULL, NULL },
+        { CS("DestroySandbox"), &compute__v1__destroy_sandbox_request__descriptor,
+          &compute__v1__destroy_sandbox_response__descriptor, h_destroy, NULL, NULL },
+        { CS("DescribeSandbox"), &compute__v1__describe_sandbox_request__descriptor,
+          &compute__v1__describe_sandbox_response__descriptor, h_describe, NULL, NULL },
+        { CS("ExecCommand"), &compute__v1__exec_command_request__descriptor,
+          &compute__v1__exec_event__descriptor, NULL, h_exec, NULL },
+        { CS("ReadFile"), &compute__v1__read_file_request__descriptor,
+          &compute__v1__read_file_response__descriptor, h_read_file, NULL, NULL },
+        { CS("WriteFile"), &compute__v1__write_file_request__descriptor,
+          &compute__v1__write_file_response__descriptor, h_write_file, NULL, NULL },
+        { CS("ListFiles"), &compute__v1__list_files_request__descriptor,
+          &compute__v1__list_files_response__descriptor, h_list_files, NULL, NULL },
+};
+
+int frontend_service_register(rpc_server *srv, const frontend_service *s, cs_error **err)
+{
+        svc = *s;
+        for (size_t i = 0; i < ARRAY_SIZE(methods); i++) {
+                if (rpc_server_add_method(srv, &methods[i], err) < 0)
+                        return -1;
+        }
+        return 0;
+}

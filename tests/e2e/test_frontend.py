@@ -1,0 +1,340 @@
+"""End to end: compute.v1.ComputeService through the real frontend and a real node agent
+(runsc), driven by Debian's python3-grpcio.
+
+Usage: test_frontend.py BUILD_DIR [unittest args]"""
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from agent_fixture import AgentProcess, free_port
+from compute_client import Compute
+
+BUILD_DIR = sys.argv[1]
+MIB = 1024 * 1024
+CHUNK = 16 * MIB
+
+
+def code_of(fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+class Frontend:
+    def __init__(self, agents):
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.agents = agents
+        self.log_path = f"/tmp/cs-frontend-{self.port}.log"
+        self.proc = None
+        self.start()
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [os.path.join(BUILD_DIR, "bin", "compute-frontend"), "--listen", self.address,
+             "--agents", ",".join(a.address for a in self.agents), "--agent-poll-ms", "200",
+             "--shutdown-grace-ms", "3000"], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 30
+        client = Compute(BUILD_DIR, self.address)
+        while True:
+            # Serving once a validation error comes back (nothing needs an agent for it).
+            if code_of(client.describe, "x") == grpc.StatusCode.INVALID_ARGUMENT:
+                client.close()
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("frontend did not start:\n" + self.log())
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        return self.proc.returncode
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def fd_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def thread_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/task"))
+
+
+class FrontendTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.agent = AgentProcess(BUILD_DIR)
+        cls.fe = Frontend([cls.agent])
+        cls.c = Compute(BUILD_DIR, cls.fe.address)
+        cls.sid = cls.c.create("tenant-" + uuid.uuid4().hex[:8], "shared").sandbox_id
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        rc = cls.fe.stop()
+        log = cls.fe.log()
+        os.unlink(cls.fe.log_path)
+        arc, tail = cls.agent.cleanup()
+        if rc != 0 or arc != 0:
+            raise AssertionError(f"frontend exited {rc}, agent {arc}:\n{log[-3000:]}\n{tail}")
+
+    def new_session(self):
+        return "tenant-" + uuid.uuid4().hex[:8], "session-" + uuid.uuid4().hex[:8]
+
+    # --- lifecycle ---
+
+    def test_create_exec_at_once_describe_destroy(self):
+        c = self.c
+        tenant, session = self.new_session()
+        r = c.create(tenant, session)
+        self.assertEqual(r.status, c.pb.SANDBOX_STATUS_STARTING)
+        self.assertGreater(r.created_at.seconds, 0)
+        # No polling: ExecCommand waits for READY.
+        out, _, done, events = c.exec(r.sandbox_id, "python3", "-c", "print(6*7)")
+        self.assertEqual((out, done.exit_code), (b"42\n", 0))
+        self.assertEqual(events[-1].WhichOneof("event"), "completed")
+        self.assertTrue(all(e.HasField("emitted_at") for e in events))
+        again = c.create(tenant, session)
+        self.assertEqual(again.sandbox_id, r.sandbox_id)
+        d = c.describe(r.sandbox_id)
+        self.assertEqual((d.sandbox_id, d.status), (r.sandbox_id, c.pb.SANDBOX_STATUS_READY))
+        self.assertEqual(d.created_at, r.created_at)
+        self.assertGreater(d.current_uptime.seconds * 10**9 + d.current_uptime.nanos, 0)
+        self.assertGreater(d.current_usage.cpu_ms, 0)
+        gone = c.destroy(r.sandbox_id)
+        self.assertEqual(gone.sandbox_id, r.sandbox_id)
+        self.assertGreaterEqual(gone.total_usage.cpu_ms, d.current_usage.cpu_ms)
+        d = c.describe(r.sandbox_id)
+        self.assertEqual(d.status, c.pb.SANDBOX_STATUS_DESTROYED)
+        self.assertEqual(d.current_usage, gone.total_usage)
+        self.assertEqual(code_of(c.exec, r.sandbox_id, "true"),
+                         grpc.StatusCode.FAILED_PRECONDITION)
+        # After a destroy, the session gets a new sandbox.
+        fresh = c.create(tenant, session)
+        self.assertNotEqual(fresh.sandbox_id, r.sandbox_id)
+        c.destroy(fresh.sandbox_id)
+
+    def test_error_rows(self):
+        c, pb = self.c, self.c.pb
+        INVALID = grpc.StatusCode.INVALID_ARGUMENT
+        unknown = str(uuid.uuid4())
+        self.assertEqual(code_of(c.create, "", "s"), INVALID)
+        self.assertEqual(code_of(c.create, "t", ""), INVALID)
+        self.assertEqual(code_of(c.create, "t", "s", image="no-such-image"), INVALID)
+        for bad in ("", "nope", "123", unknown + "0"):
+            with self.subTest(id=bad):
+                self.assertEqual(code_of(c.describe, bad), INVALID)
+                self.assertEqual(code_of(c.destroy, bad), INVALID)
+                self.assertEqual(code_of(c.exec, bad, "true"), INVALID)
+                self.assertEqual(code_of(c.read, bad, "f"), INVALID)
+                self.assertEqual(code_of(c.write, bad, "f", b""), INVALID)
+                self.assertEqual(code_of(c.ls, bad, ""), INVALID)
+        self.assertEqual(code_of(c.exec, self.sid, ""), INVALID)
+        self.assertEqual(code_of(c.read, self.sid, ""), INVALID)
+        self.assertEqual(code_of(c.read, self.sid, "f", offset=-1), INVALID)
+        NOT_FOUND = grpc.StatusCode.NOT_FOUND
+        self.assertEqual(code_of(c.describe, unknown), NOT_FOUND)
+        self.assertEqual(code_of(c.destroy, unknown), NOT_FOUND)
+        self.assertEqual(code_of(c.exec, unknown, "true"), NOT_FOUND)
+        self.assertEqual(code_of(c.read, unknown, "f"), NOT_FOUND)
+        self.assertEqual(code_of(c.write, self.sid, "big", b"x" * (CHUNK + 1)),
+                         grpc.StatusCode.RESOURCE_EXHAUSTED)
+        # FAILED sandbox: FAILED_PRECONDITION (max_runtime of 2 s).
+        tenant, session = self.new_session()
+        sid = c.create(tenant, session, limits=pb.ResourceLimits(
+            max_runtime={"seconds": 2})).sandbox_id
+        deadline = time.monotonic() + 30
+        while c.describe(sid).status != pb.SANDBOX_STATUS_FAILED:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.2)
+        self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
+        c.destroy(sid)
+
+    def test_exec_semantics(self):
+        c = self.c
+        for code in (0, 1, 42):
+            out, err, done, _ = c.exec(self.sid, "sh", "-c", f"echo o; echo e >&2; exit {code}")
+            self.assertEqual((out, err, done.exit_code), (b"o\n", b"e\n", code))
+        out, _, done, _ = c.exec(self.sid, "sh", "-c", 'echo "$X"; pwd', env={"X": "y z"},
+                                 working_dir="/tmp")
+        self.assertEqual(out, b"y z\n/tmp\n")
+        _, _, done, _ = c.exec(self.sid, "sh", "-c", "kill -KILL $$")
+        self.assertEqual(done.signal, signal.SIGKILL)
+        # Timeout: SIGTERM seen inside, reported as a timeout.
+        out, _, done, events = c.exec(self.sid, "sh", "-c",
+                                      "trap 'echo term; exit 5' TERM; sleep 999 & wait",
+                                      timeout_s=1)
+        self.assertEqual(out, b"term\n")
+        self.assertTrue(done.timed_out and not done.cancelled)
+        self.assertEqual(done.exit_code, -1)
+        self.assertEqual(events[-1].WhichOneof("event"), "completed")
+
+    def test_cancel_reaches_the_sandbox(self):
+        c = self.c
+        call = c.ExecStream(c.pb.ExecCommandRequest(sandbox_id=self.sid, command="sh", args=[
+            "-c", "trap 'echo cancelled > /workspace/cancel-mark; exit 1' TERM; echo ready; "
+                  "sleep 998 & wait"]), timeout=60)
+        self.assertEqual(next(call).stdout.data, b"ready\n")
+        call.cancel()
+        deadline = time.monotonic() + 15
+        while code_of(c.read, self.sid, "cancel-mark") != grpc.StatusCode.OK:
+            self.assertLess(time.monotonic(), deadline, "SIGTERM never reached the process")
+            time.sleep(0.1)
+        self.assertEqual(c.read(self.sid, "cancel-mark").data, b"cancelled\n")
+        deadline = time.monotonic() + 20
+        while True:
+            out, _, _, _ = c.exec(self.sid, "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+            if b"sleep 998" not in out:
+                break
+            self.assertLess(time.monotonic(), deadline, "a process survived the cancel")
+            time.sleep(0.5)
+
+    def test_100mib_stream(self):
+        out, _, done, _ = self.c.exec(
+            self.sid, "sh", "-c", f"head -c {100 * MIB} /dev/urandom | tee /workspace/s.bin")
+        self.assertEqual((len(out), done.exit_code), (100 * MIB, 0))
+        sha, _, _, _ = self.c.exec(self.sid, "sha256sum", "/workspace/s.bin")
+        self.assertEqual(sha.split()[0].decode(), hashlib.sha256(out).hexdigest())
+
+    # --- files ---
+
+    def test_16mib_calls_and_100mib_chunked(self):
+        c = self.c
+        data = os.urandom(CHUNK)
+        self.assertEqual(c.write(self.sid, "one.bin", data).bytes_written, CHUNK)
+        r = c.read(self.sid, "one.bin")
+        self.assertEqual((r.data, r.total_size, r.eof), (data, CHUNK, True))
+        big = os.urandom(100 * MIB)
+        for off in range(0, len(big), CHUNK):
+            c.write(self.sid, "big/file.bin", big[off:off + CHUNK], append=off > 0)
+        got, off = bytearray(), 0
+        while True:
+            r = c.read(self.sid, "big/file.bin", offset=off, max_bytes=CHUNK)
+            got += r.data
+            off += len(r.data)
+            if r.eof:
+                break
+        self.assertEqual(hashlib.sha256(got).digest(), hashlib.sha256(big).digest())
+        sha, _, _, _ = c.exec(self.sid, "sha256sum", "/workspace/big/file.bin")
+        self.assertEqual(sha.split()[0].decode(), hashlib.sha256(big).hexdigest())
+        entries = {e.path: e for e in c.ls(self.sid, "big").entries}
+        self.assertEqual(entries["file.bin"].size, 100 * MIB)
+        listed = c.ls(self.sid, "", recursive=True, max_entries=1)
+        self.assertTrue(listed.truncated)
+
+    def test_path_attacks(self):
+        c = self.c
+        c.exec(self.sid, "sh", "-c", "mkdir -p /workspace/pa/in && echo in > /workspace/pa/in/f && "
+               "ln -sfn /etc/passwd /workspace/pa/evil && ln -sfn /etc /workspace/pa/etc && "
+               "ln -sfn loop2 /workspace/pa/loop1 && ln -sfn loop1 /workspace/pa/loop2 && "
+               "ln -sfn /workspace/pa/in /workspace/pa/abs")
+        INVALID, DENIED = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED
+        for path, code in (("../x", INVALID), ("pa/../../x", INVALID), ("/etc/passwd", INVALID),
+                           ("pa/evil", DENIED), ("pa/etc/passwd", DENIED), ("pa/loop1", INVALID),
+                           ("a\x00b", INVALID), ("x" * 5000, INVALID)):
+            with self.subTest(path=path[:30]):
+                self.assertEqual(code_of(c.read, self.sid, path), code)
+                self.assertEqual(code_of(c.write, self.sid, path, b"x"), code)
+        self.assertEqual(code_of(c.ls, self.sid, "pa/etc"), DENIED)
+        self.assertEqual(c.read(self.sid, "pa/abs/f").data, b"in\n")
+        self.assertEqual(c.read(self.sid, "/workspace/pa/in/f").data, b"in\n")
+
+    # --- scale ---
+
+    def test_50_concurrent_sessions(self):
+        fds, threads = self.fe.fd_count(), self.fe.thread_count()
+
+        def session(i):
+            c = Compute(BUILD_DIR, self.fe.address)
+            try:
+                sid = c.create(f"tenant-conc", f"session-{i}-{uuid.uuid4().hex[:6]}").sandbox_id
+                out, _, done, _ = c.exec(sid, "sh", "-c", f"echo {i}")
+                assert (out, done.exit_code) == (f"{i}\n".encode(), 0), (out, done)
+                payload = os.urandom(64 * 1024)
+                c.write(sid, f"f{i}", payload)
+                assert c.read(sid, f"f{i}").data == payload
+                assert len(c.ls(sid, "").entries) == 1
+                out, _, done, _ = c.exec(sid, "cat", f"/workspace/f{i}")
+                assert out == payload
+                c.destroy(sid)
+                return sid
+            finally:
+                c.close()
+
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            sids = list(pool.map(session, range(50)))
+        self.assertEqual(len(set(sids)), 50)
+        for sid in sids:
+            self.assertEqual(self.c.describe(sid).status, self.c.pb.SANDBOX_STATUS_DESTROYED)
+        # Nothing left behind: containers, sandbox processes, frontend fds and threads.
+        live = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-q"],
+                              capture_output=True, text=True).stdout.split()
+        self.assertEqual([cid for cid in live if cid[3:] in sids], [])
+        time.sleep(1)
+        self.assertLessEqual(self.fe.fd_count(), fds + 2)
+        self.assertLessEqual(self.fe.thread_count(), threads + 2)
+
+
+class FrontendRestartTest(unittest.TestCase):
+    def setUp(self):
+        self.agent = AgentProcess(BUILD_DIR)
+        self.fe = Frontend([self.agent])
+        self.c = Compute(BUILD_DIR, self.fe.address)
+
+    def tearDown(self):
+        self.c.close()
+        self.fe.stop()
+        os.unlink(self.fe.log_path)
+        rc, tail = self.agent.cleanup()
+        self.assertEqual(rc, 0, tail)
+
+    def test_frontend_restart_loses_nothing(self):
+        c = self.c
+        sids = [c.create("t", f"s{i}").sandbox_id for i in range(3)]
+        c.exec(sids[0], "sh", "-c", "echo kept > /workspace/k")
+        c.destroy(sids[2])
+        self.assertEqual(self.fe.stop(), 0)
+        self.fe.start()
+        self.assertEqual(c.describe(sids[0]).status, c.pb.SANDBOX_STATUS_READY)
+        self.assertEqual(c.read(sids[0], "k").data, b"kept\n")
+        self.assertEqual(c.exec(sids[1], "echo", "hi")[0], b"hi\n")
+        self.assertEqual(c.describe(sids[2]).status, c.pb.SANDBOX_STATUS_DESTROYED)
+        # The restarted frontend still knows the sessions: no second sandbox.
+        self.assertEqual(c.create("t", "s0").sandbox_id, sids[0])
+
+    def test_agent_down_is_unavailable_then_back(self):
+        c = self.c
+        sid = c.create("t", "s").sandbox_id
+        c.exec(sid, "true")
+        self.agent.stop()
+        t0 = time.monotonic()
+        for call in (lambda: c.describe(sid), lambda: c.exec(sid, "true"),
+                     lambda: c.read(sid, "x"), lambda: c.create("t", "s"),
+                     lambda: c.create("t", "other")):
+            self.assertEqual(code_of(call), grpc.StatusCode.UNAVAILABLE)
+        self.assertLess(time.monotonic() - t0, 30)  # fails fast, no hang
+        self.agent.restart()
+        deadline = time.monotonic() + 30
+        while code_of(c.describe, sid) != grpc.StatusCode.OK:
+            self.assertLess(time.monotonic(), deadline, "sandbox never served again")
+            time.sleep(0.2)
+        self.assertEqual(c.exec(sid, "echo", "back")[0], b"back\n")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
