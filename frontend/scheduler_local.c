@@ -18,6 +18,7 @@
 
 #include "compute/v1/compute.pb-c.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
+#include "pbconv.h"
 #include "scheduler.h"
 #include "util.h"
 #include "uuid.h"
@@ -64,29 +65,14 @@ void fe_view_clear(fe_view *v)
         memset(v, 0, sizeof(*v));
 }
 
-static int64_t ts_ms(const Google__Protobuf__Timestamp *ts)
-{
-        return ts ? ts->seconds * 1000 + ts->nanos / 1000000 : 0;
-}
-
 static void view_from_info(const Nodeagent__V1__SandboxInfo *in, fe_view *ret)
 {
         memset(ret, 0, sizeof(*ret));
         ret->id = cs_xstrdup(in->sandbox_id);
         ret->status = (fe_status)in->status;
-        ret->created_at_ms = ts_ms(in->created_at);
-        ret->destroyed_at_ms = ts_ms(in->destroyed_at);
-        if (in->usage) {
-                ret->usage = (usage_metrics){
-                        .cpu_ms = in->usage->cpu_ms,
-                        .memory_peak_bytes = in->usage->memory_peak_bytes,
-                        .memory_avg_bytes = in->usage->memory_avg_bytes,
-                        .disk_read_bytes = in->usage->disk_read_bytes,
-                        .disk_write_bytes = in->usage->disk_write_bytes,
-                        .network_egress_bytes = in->usage->network_egress_bytes,
-                        .network_ingress_bytes = in->usage->network_ingress_bytes,
-                };
-        }
+        ret->created_at_ms = pb_timestamp_ms(in->created_at);
+        ret->destroyed_at_ms = pb_timestamp_ms(in->destroyed_at);
+        pb_usage_read(in->usage, &ret->usage);
 }
 
 /* --- the map --------------------------------------------------------------------------- */

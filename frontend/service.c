@@ -7,6 +7,7 @@
 
 #include "compute/v1/compute.pb-c.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
+#include "pbconv.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -17,44 +18,6 @@
 static frontend_service svc;
 
 /* --- conversions and checks ------------------------------------------------------------ */
-
-static Google__Protobuf__Timestamp *ts_from_ms(rpc_call *call, int64_t ms)
-{
-        Google__Protobuf__Timestamp *ts;
-
-        if (ms <= 0)
-                return NULL;
-        ts = rpc_call_alloc(call, sizeof(*ts));
-        google__protobuf__timestamp__init(ts);
-        ts->seconds = ms / 1000;
-        ts->nanos = (int32_t)(ms % 1000) * 1000000;
-        return ts;
-}
-
-static Google__Protobuf__Duration *dur_from_ms(rpc_call *call, int64_t ms)
-{
-        Google__Protobuf__Duration *d = rpc_call_alloc(call, sizeof(*d));
-
-        google__protobuf__duration__init(d);
-        d->seconds = ms / 1000;
-        d->nanos = (int32_t)(ms % 1000) * 1000000;
-        return d;
-}
-
-static Common__V1__UsageMetrics *usage_to_pb(rpc_call *call, const usage_metrics *u)
-{
-        Common__V1__UsageMetrics *m = rpc_call_alloc(call, sizeof(*m));
-
-        common__v1__usage_metrics__init(m);
-        m->cpu_ms = u->cpu_ms;
-        m->memory_peak_bytes = u->memory_peak_bytes;
-        m->memory_avg_bytes = u->memory_avg_bytes;
-        m->disk_read_bytes = u->disk_read_bytes;
-        m->disk_write_bytes = u->disk_write_bytes;
-        m->network_egress_bytes = u->network_egress_bytes;
-        m->network_ingress_bytes = u->network_ingress_bytes;
-        return m;
-}
 
 static int check_sandbox_id(rpc_call *call, const char *id, cs_error **err)
 {
@@ -87,18 +50,6 @@ static int check_path(const char *path, bool allow_empty, cs_error **err)
         if (!allow_empty && !path[0])
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "path is empty");
         return 0;
-}
-
-/* A Duration as milliseconds: 0 if unset, -1 if negative. */
-static int64_t dur_to_ms(const Google__Protobuf__Duration *d)
-{
-        if (!d)
-                return 0;
-        if (d->seconds < 0 || d->nanos < 0)
-                return -1;
-        if (d->seconds > INT64_MAX / 2000)
-                return INT64_MAX / 2;
-        return d->seconds * 1000 + d->nanos / 1000000;
 }
 
 static Nodeagent__V1__SandboxRef *route_ref(rpc_call *call, const fe_route *route)
@@ -136,7 +87,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
                 .mount_path = ws ? ws->mount_path : "",
                 .cpu_millis = lim ? lim->cpu_millis : 0,
                 .memory_bytes = lim ? lim->memory_bytes : 0,
-                .max_runtime_ms = lim ? dur_to_ms(lim->max_runtime) : 0,
+                .max_runtime_ms = lim ? pb_duration_ms(lim->max_runtime) : 0,
         };
 
         (void)userdata;
@@ -153,7 +104,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
                      req->session_id);
         resp->sandbox_id = rpc_call_strdup(call, v.id);
         resp->status = (Compute__V1__SandboxStatus)v.status;
-        resp->created_at = ts_from_ms(call, v.created_at_ms);
+        resp->created_at = pb_timestamp(call, v.created_at_ms);
         fe_view_clear(&v);
         return 0;
 }
@@ -174,9 +125,9 @@ static int h_describe(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufC
         end = v.destroyed_at_ms ? v.destroyed_at_ms : cs_now_realtime_ms();
         resp->sandbox_id = req->sandbox_id;
         resp->status = (Compute__V1__SandboxStatus)v.status;
-        resp->created_at = ts_from_ms(call, v.created_at_ms);
-        resp->current_uptime = dur_from_ms(call, end > v.created_at_ms ? end - v.created_at_ms : 0);
-        resp->current_usage = usage_to_pb(call, &v.usage);
+        resp->created_at = pb_timestamp(call, v.created_at_ms);
+        resp->current_uptime = pb_duration(call, end > v.created_at_ms ? end - v.created_at_ms : 0);
+        resp->current_usage = pb_usage(call, &v.usage);
         fe_view_clear(&v);
         return 0;
 }
@@ -194,7 +145,7 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
                 return -1;
         rpc_call_log(call, CS_LOG_INFO, "sandbox destroyed");
         resp->sandbox_id = req->sandbox_id;
-        resp->total_usage = usage_to_pb(call, &v.usage);
+        resp->total_usage = pb_usage(call, &v.usage);
         fe_view_clear(&v);
         return 0;
 }
@@ -216,7 +167,7 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                 return -1;
         if (!req->command[0])
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "command is empty");
-        if (dur_to_ms(req->timeout) < 0)
+        if (pb_duration_ms(req->timeout) < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "timeout is negative");
         if (svc.sched->ops->route(svc.sched, req->sandbox_id, call, &route, err) < 0)
                 return -1;
@@ -227,7 +178,7 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         out.args = req->args;
         out.working_dir = req->working_dir;
         out.timeout = req->timeout;
-        out.wait_ready_timeout = dur_from_ms(call, svc.wait_ready_ms);
+        out.wait_ready_timeout = pb_duration(call, svc.wait_ready_ms);
         out.n_env = req->n_env;
         out.env = rpc_call_alloc(call, (req->n_env + 1) * sizeof(*out.env));
         env = rpc_call_alloc(call, (req->n_env + 1) * sizeof(*env));

@@ -96,14 +96,25 @@ static void free_env(char **env)
 
 /* --- stopping an exec ------------------------------------------------------------------ */
 
+typedef enum stop_reason {
+        STOP_NONE,
+        STOP_CANCEL,
+        STOP_TIMEOUT,
+} stop_reason;
+
+/* Runs beside the exec from its start, and owns its end: at the deadline, or when the output
+ * loop asks (cancel), it stops the process. It never waits on the client, so the timeout
+ * holds even while the output loop is blocked on a client that stopped reading. */
 typedef struct terminator {
         runtime *rt;
         const char *container_id;
         const rt_exec *ex;
+        int64_t deadline; /* monotonic ms */
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        bool exited;  /* the host process has ended */
-        int last_sig; /* the last signal delivered */
+        bool exited;        /* the host process has ended */
+        stop_reason reason; /* why it was stopped, STOP_NONE if it was not */
+        int last_sig;       /* the last signal delivered */
         pthread_t thread;
         bool started;
 } terminator;
@@ -145,14 +156,35 @@ static bool wait_exited(terminator *t, int64_t timeout_ms)
         return exited;
 }
 
+/* Waits for the exec to end by itself (returns false) or to be due for stopping. */
+static bool wait_stop(terminator *t)
+{
+        bool stop;
+
+        pthread_mutex_lock(&t->lock);
+        while (!t->exited && t->reason == STOP_NONE && cs_now_monotonic_ms() < t->deadline) {
+                struct timespec ts = { .tv_sec = t->deadline / 1000,
+                                       .tv_nsec = (t->deadline % 1000) * 1000000 };
+                pthread_cond_timedwait(&t->cond, &t->lock, &ts);
+        }
+        if (!t->exited && t->reason == STOP_NONE)
+                t->reason = STOP_TIMEOUT;
+        stop = !t->exited;
+        pthread_mutex_unlock(&t->lock);
+        return stop;
+}
+
 static void *terminator_main(void *arg)
 {
         terminator *t = arg;
-        int pid = wait_internal_pid(t);
         rt_proc *procs = NULL;
         size_t n = 0;
         cs_error *err = NULL;
+        int pid;
 
+        if (!wait_stop(t))
+                return NULL;
+        pid = wait_internal_pid(t);
         if (pid <= 0)
                 return NULL;
         /* Remember the tree before it is touched: children may outlive their parent. */
@@ -192,9 +224,17 @@ static void *terminator_main(void *arg)
 
 static void terminator_start(terminator *t)
 {
-        if (t->started)
-                return;
         t->started = pthread_create(&t->thread, NULL, terminator_main, t) == 0;
+}
+
+/* The output loop's request to stop the exec (a cancel). */
+static void terminator_request(terminator *t, stop_reason why)
+{
+        pthread_mutex_lock(&t->lock);
+        if (t->reason == STOP_NONE)
+                t->reason = why;
+        pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->lock);
 }
 
 static void terminator_finish(terminator *t)
@@ -236,15 +276,8 @@ static bool pump_once(pump *p, int fd, int stream)
  * background process that keeps them open does not hold the exec. */
 #define EXEC_DRAIN_MS 200
 
-typedef enum stop_reason {
-        STOP_NONE,
-        STOP_CANCEL,
-        STOP_TIMEOUT,
-} stop_reason;
-
 /* The poll loop. Returns when the host process has exited. */
-static stop_reason pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t deadline,
-                            terminator *t)
+static void pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t deadline, terminator *t)
 {
         int fds[2] = { out_fd, err_fd };
         bool open[2] = { true, true }, exited = false;
@@ -265,8 +298,7 @@ static stop_reason pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t 
                 if (exited && now >= drain_until)
                         break;
                 if (!exited && why == STOP_NONE && now >= deadline) {
-                        why = STOP_TIMEOUT;
-                        terminator_start(t);
+                        why = STOP_TIMEOUT; /* the terminator sees it too; stop polling for it */
                         continue;
                 }
                 if (poll(pf, 4, timeout) < 0 && errno != EINTR)
@@ -281,7 +313,7 @@ static stop_reason pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t 
                 }
                 if ((pf[3].revents || !p->sink_ok) && why == STOP_NONE) {
                         why = STOP_CANCEL;
-                        terminator_start(t);
+                        terminator_request(t, STOP_CANCEL);
                 }
         }
         if (!exited) {
@@ -289,7 +321,6 @@ static stop_reason pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t 
                 while (poll(&pf, 1, -1) < 0 && errno == EINTR)
                         ;
         }
-        return why;
 }
 
 /* --- exit ------------------------------------------------------------------------------ */
@@ -343,7 +374,6 @@ int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req
         rt_exec ex = { 0 };
         terminator t = { .rt = rt, .container_id = sb_container_id(sb), .ex = &ex };
         sb_window *w;
-        stop_reason why;
         int status = 0, r = -1;
         bool oom = false;
 
@@ -386,13 +416,15 @@ int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req
         p = cs_xcalloc(1, sizeof(*p));
         p->sink = sink;
         p->sink_ok = true;
-        why = pump_all(p, out[0], errp[0], pidfd, start + timeout, &t);
+        t.deadline = start + timeout;
+        terminator_start(&t);
+        pump_all(p, out[0], errp[0], pidfd, t.deadline, &t);
         proc_wait(ex.host_pid, &status, err);
         ret->wall_ms = cs_now_monotonic_ms() - start;
         terminator_finish(&t);
 
         sb_window_end(reg, sb, w, &ret->usage, &oom);
-        classify_exit(status, why, __atomic_load_n(&t.last_sig, __ATOMIC_SEQ_CST), oom, ret);
+        classify_exit(status, t.reason, __atomic_load_n(&t.last_sig, __ATOMIC_SEQ_CST), oom, ret);
         if (oom) {
                 /* On gVisor the OOM killer usually takes the sandbox itself (its Sentry holds
                  * all the memory): say so now rather than at the next status check. */

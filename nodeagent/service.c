@@ -12,6 +12,7 @@
 #include "compute/v1/compute.pb-c.h"
 #include "exec.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
+#include "pbconv.h"
 #include "util.h"
 #include "uuid.h"
 #include "workspace_io.h"
@@ -24,54 +25,6 @@ static agent_service svc;
 
 /* --- conversions ----------------------------------------------------------------------- */
 
-static Google__Protobuf__Timestamp *ts_from_ms(rpc_call *call, int64_t ms)
-{
-        Google__Protobuf__Timestamp *ts;
-
-        if (ms <= 0)
-                return NULL;
-        ts = rpc_call_alloc(call, sizeof(*ts));
-        google__protobuf__timestamp__init(ts);
-        ts->seconds = ms / 1000;
-        ts->nanos = (int32_t)(ms % 1000) * 1000000;
-        return ts;
-}
-
-static Google__Protobuf__Duration *dur_from_ms(rpc_call *call, int64_t ms)
-{
-        Google__Protobuf__Duration *d = rpc_call_alloc(call, sizeof(*d));
-
-        google__protobuf__duration__init(d);
-        d->seconds = ms / 1000;
-        d->nanos = (int32_t)(ms % 1000) * 1000000;
-        return d;
-}
-
-/* A Duration as milliseconds: 0 when unset; -1 when negative or absurd. */
-static int64_t dur_to_ms(const Google__Protobuf__Duration *d)
-{
-        if (!d)
-                return 0;
-        if (d->seconds < 0 || d->nanos < 0 || d->seconds > 100LL * 365 * 24 * 3600)
-                return -1;
-        return d->seconds * 1000 + d->nanos / 1000000;
-}
-
-static Common__V1__UsageMetrics *usage_to_pb(rpc_call *call, const usage_metrics *u)
-{
-        Common__V1__UsageMetrics *m = rpc_call_alloc(call, sizeof(*m));
-
-        common__v1__usage_metrics__init(m);
-        m->cpu_ms = u->cpu_ms;
-        m->memory_peak_bytes = u->memory_peak_bytes;
-        m->memory_avg_bytes = u->memory_avg_bytes;
-        m->disk_read_bytes = u->disk_read_bytes;
-        m->disk_write_bytes = u->disk_write_bytes;
-        m->network_egress_bytes = u->network_egress_bytes;
-        m->network_ingress_bytes = u->network_ingress_bytes;
-        return m;
-}
-
 /* Copies an sb_info into a SandboxInfo that lives on the call's arena. */
 static Nodeagent__V1__SandboxInfo *info_to_pb(rpc_call *call, const sb_info *in)
 {
@@ -83,15 +36,15 @@ static Nodeagent__V1__SandboxInfo *info_to_pb(rpc_call *call, const sb_info *in)
         m->session_id = rpc_call_strdup(call, in->session_id);
         m->status = (Compute__V1__SandboxStatus)in->status;
         m->status_message = rpc_call_strdup(call, in->status_message);
-        m->created_at = ts_from_ms(call, in->created_at_ms);
-        m->destroyed_at = ts_from_ms(call, in->destroyed_at_ms);
-        m->delete_after = ts_from_ms(call, in->delete_after_ms);
-        m->usage = usage_to_pb(call, &in->usage);
+        m->created_at = pb_timestamp(call, in->created_at_ms);
+        m->destroyed_at = pb_timestamp(call, in->destroyed_at_ms);
+        m->delete_after = pb_timestamp(call, in->delete_after_ms);
+        m->usage = pb_usage(call, &in->usage);
         m->image = rpc_call_strdup(call, in->image);
         m->mount_path = rpc_call_strdup(call, in->mount_path);
         m->cpu_millis = in->cpu_millis;
         m->memory_bytes = in->memory_bytes;
-        m->max_runtime = dur_from_ms(call, in->max_runtime_ms);
+        m->max_runtime = pb_duration(call, in->max_runtime_ms);
         return m;
 }
 
@@ -133,7 +86,7 @@ static int h_get_agent_info(rpc_call *call, const ProtobufCMessage *req_msg,
         resp->runtime = (char *)svc.rt->ops->name;
         resp->runtime_version = (char *)svc.runtime_version;
         resp->cgroup_version = svc.cg->version == CGROUP_V2 ? "v2" : "v1";
-        resp->started_at = ts_from_ms(call, svc.started_at_ms);
+        resp->started_at = pb_timestamp(call, svc.started_at_ms);
         resp->max_sandboxes = svc.max_sandboxes;
         sb_counts(svc.reg, &resp->sandboxes_live, &resp->sandboxes_ready,
                   &resp->sandboxes_destroyed, &resp->execs_running);
@@ -154,7 +107,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
 {
         const Nodeagent__V1__CreateSandboxRequest *req = (const void *)req_msg;
         Nodeagent__V1__CreateSandboxResponse *resp = (void *)resp_msg;
-        int64_t max_runtime = dur_to_ms(req->max_runtime);
+        int64_t max_runtime = pb_duration_ms(req->max_runtime);
         sb_info info = { 0 };
         bool created = false;
         sb_spec spec = {
@@ -189,7 +142,7 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
         const Nodeagent__V1__DestroySandboxRequest *req = (const void *)req_msg;
         Nodeagent__V1__DestroySandboxResponse *resp = (void *)resp_msg;
         const char *id = ref_id(call, req->ref, err);
-        int64_t grace = req->grace ? dur_to_ms(req->grace) : -1;
+        int64_t grace = req->grace ? pb_duration_ms(req->grace) : -1;
         sb_info info = { 0 };
 
         (void)userdata;
@@ -270,8 +223,8 @@ static int h_get_usage(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
                 return -1;
         resp->sandbox_id = rpc_call_strdup(call, info.id);
         resp->status = (Compute__V1__SandboxStatus)info.status;
-        resp->usage = usage_to_pb(call, &info.usage);
-        resp->measured_at = ts_from_ms(call, cs_now_realtime_ms());
+        resp->usage = pb_usage(call, &info.usage);
+        resp->measured_at = pb_timestamp(call, cs_now_realtime_ms());
         sb_info_clear(&info);
         return 0;
 }
@@ -319,12 +272,12 @@ static int send_completed(rpc_call *call, const exec_result *res, cs_error **err
         Compute__V1__ExecCompleted done = COMPUTE__V1__EXEC_COMPLETED__INIT;
 
         done.exit_code = res->exit_code;
-        done.wall_time = dur_from_ms(call, res->wall_ms);
+        done.wall_time = pb_duration(call, res->wall_ms);
         done.cancelled = res->cancelled;
         done.timed_out = res->timed_out;
         done.signal = res->signal;
         done.oom_killed = res->oom_killed;
-        done.usage = usage_to_pb(call, &res->usage);
+        done.usage = pb_usage(call, &res->usage);
         ev.event_case = COMPUTE__V1__EXEC_EVENT__EVENT_COMPLETED;
         ev.completed = &done;
         return rpc_call_send(call, &ev.base, err);
@@ -334,8 +287,8 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
 {
         const Nodeagent__V1__ExecRequest *req = (const void *)req_msg;
         const char *id = ref_id(call, req->ref, err);
-        int64_t wait_ready = dur_to_ms(req->wait_ready_timeout);
-        int64_t timeout = dur_to_ms(req->timeout);
+        int64_t wait_ready = pb_duration_ms(req->wait_ready_timeout);
+        int64_t timeout = pb_duration_ms(req->timeout);
         exec_sink sink = { .write = sink_write, .userdata = call };
         exec_result res = { 0 };
         exec_request er;
@@ -492,7 +445,7 @@ static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
                 e->size = entries[i].size;
                 e->is_dir = entries[i].is_dir;
                 e->mode = entries[i].mode;
-                e->modified_at = ts_from_ms(call, 1);
+                e->modified_at = pb_timestamp(call, 1);
                 e->modified_at->seconds = entries[i].mtime_sec;
                 e->modified_at->nanos = entries[i].mtime_nsec;
                 resp->entries[i] = e;

@@ -180,6 +180,18 @@ class AgentTest(unittest.TestCase):
         self.assertEqual(done.signal, signal.SIGTERM)
         self.wait_no_process("sleep 3456", 15)
 
+    def test_timeout_holds_while_the_client_does_not_read(self):
+        """The output fills every buffer and the agent blocks sending it: the timeout must
+        still stop the process (SIGTERM ignored here: SIGKILL after the grace)."""
+        c = self.c
+        call = c.ExecStream(c.pb.ExecRequest(
+            ref=c.ref(self.sid), command="sh", args=["-c", "trap '' TERM; exec yes stuck-reader"],
+            timeout={"seconds": 2}), timeout=120)
+        time.sleep(1)
+        self.assertTrue(any("yes stuck-reader" in p for p in self.agent.processes(self.sid)))
+        self.wait_no_process("yes stuck-reader", 30)
+        call.cancel()
+
     # --- files ---
 
     def workspace(self, name):
