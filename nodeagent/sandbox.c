@@ -569,11 +569,14 @@ static void *starter_main(void *arg)
         }
         pthread_mutex_unlock(&reg->lock);
 
-        if (gone) {
+        if (gone || r < 0) {
+                /* Destroyed meanwhile, or a start that failed half-way (runsc may have left
+                 * its daemons running): nothing of the container may stay. */
                 cs_error *ignored = NULL;
                 reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
                 cs_error_free(ignored);
-        } else {
+        }
+        if (!gone) {
                 if (r < 0) {
                         usage_freeze(reg, sb);
                         reg_log(reg, true, sb->id, "sandbox failed to start: %s", err->msg);
