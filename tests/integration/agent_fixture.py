@@ -102,8 +102,9 @@ class AgentProcess:
                 for cid in out:
                     subprocess.run(["runsc", "--root", self.runsc_root, "delete", "-force", cid],
                                    capture_output=True)
-            for ctrl in ("cpu", "cpuacct", "memory", "blkio", "pids", "devices", "freezer",
-                         "cpuset"):
+            # Every hierarchy: runsc makes the sandbox's cgroup in all of them (name=systemd
+            # too), and the agent's parent directory stays behind.
+            for ctrl in os.listdir("/sys/fs/cgroup"):
                 path = f"/sys/fs/cgroup/{ctrl}{self.cgroup_parent}"
                 if os.path.isdir(path):
                     for sub in os.listdir(path):

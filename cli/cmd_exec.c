@@ -1,0 +1,373 @@
+/* exec: runs a command in a sandbox, streaming its output as it comes.
+ *
+ * Each stdout/stderr chunk is written to our fd 1/2 with write(2) the moment it arrives (no
+ * stdio buffering in between), so interleaving and progress output look as they would locally.
+ * The exit status is the remote command's (see exec_exit_status). SIGINT and SIGTERM cancel
+ * the call, which makes the server send SIGTERM to the remote process (SIGKILL 10 s later). */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "util.h"
+
+/* The server caps an exec at 600 s. The stream's own deadline leaves room on top for the wait
+ * for a starting sandbox (60 s on the agent), the 10 s kill grace and slack, so that it only
+ * ever fires on a server that has stopped answering. */
+#define EXEC_SERVER_CAP_S     600
+#define EXEC_DEADLINE_SLACK_S 120
+#define EXEC_TIMEOUT_MAX_S    (24 * 3600)
+
+enum {
+        EXEC_ENV = 1,
+        EXEC_CWD,
+        EXEC_TIMEOUT,
+};
+
+static const cli_option exec_options[] = {
+        { EXEC_ENV, "env", 'e', "K=V",
+          "Set an environment variable for the command (repeatable). A bare K takes K's value "
+          "from computectl's own environment." },
+        { EXEC_CWD, "cwd", 'w', "DIR", "Working directory. Default: the workspace mount path." },
+        { EXEC_TIMEOUT, "timeout", 0, "SECONDS",
+          "Timeout of the command (s, m or h suffix allowed); the server caps it at 600 s, "
+          "which is also the default. On expiry: exit status 124." },
+};
+
+typedef struct exec_state {
+        const cli_command *cmd;
+        Compute__V1__ExecCommandRequest__EnvEntry *env; /* keys owned, values borrowed */
+        Compute__V1__ExecCommandRequest__EnvEntry **env_ptrs;
+        size_t n_env;
+        const char *cwd;
+        uint64_t timeout_s; /* 0: the server's default */
+} exec_state;
+
+static void exec_state_free(exec_state *s)
+{
+        for (size_t i = 0; i < s->n_env; i++)
+                free(s->env[i].key);
+        free(s->env);
+        free(s->env_ptrs);
+}
+
+static int add_env(exec_state *s, const char *kv)
+{
+        const char *eq = strchr(kv, '=');
+        size_t klen = eq ? (size_t)(eq - kv) : strlen(kv);
+        const char *value = eq ? eq + 1 : NULL;
+        char *key;
+
+        if (klen == 0)
+                return cli_usage_error(s->cmd, "--env '%s': empty variable name", kv);
+        key = strndup(kv, klen);
+        if (!key)
+                abort();
+        if (!value) {
+                value = getenv(key);
+                if (!value) {
+                        cli_usage_error(s->cmd, "--env %s: not set in the local environment", key);
+                        free(key);
+                        return -1;
+                }
+        }
+        /* A repeated name: the last one wins, as in env(1). */
+        for (size_t i = 0; i < s->n_env; i++) {
+                if (strcmp(s->env[i].key, key) == 0) {
+                        s->env[i].value = (char *)value;
+                        free(key);
+                        return 0;
+                }
+        }
+        compute__v1__exec_command_request__env_entry__init(&s->env[s->n_env]);
+        s->env[s->n_env].key = key;
+        s->env[s->n_env].value = (char *)value;
+        s->env_ptrs[s->n_env] = &s->env[s->n_env];
+        s->n_env++;
+        return 0;
+}
+
+static int on_exec_option(void *state, int id, const char *value)
+{
+        exec_state *s = state;
+
+        switch (id) {
+        case EXEC_ENV:
+                return add_env(s, value);
+        case EXEC_CWD:
+                s->cwd = value;
+                return 0;
+        case EXEC_TIMEOUT:
+                return cli_parse_seconds(s->cmd, "--timeout", value, EXEC_TIMEOUT_MAX_S,
+                                         &s->timeout_s);
+        }
+        return cli_usage_error(s->cmd, "internal error: option %d", id);
+}
+
+/* How the command ended, from ExecCompleted. */
+typedef struct exec_outcome {
+        bool done;
+        int32_t exit_code;
+        bool cancelled, timed_out, oom_killed;
+        int32_t signal;
+} exec_outcome;
+
+/* "SIGKILL", or "signal 99" for one this libc has no name for. */
+static const char *signal_name(int sig, char buf[static CLI_FMT_MAX])
+{
+        const char *name = sig > 0 && sig < 128 ? sigabbrev_np(sig) : NULL;
+
+        if (name)
+                snprintf(buf, CLI_FMT_MAX, "SIG%s", name);
+        else
+                snprintf(buf, CLI_FMT_MAX, "signal %d", sig);
+        return buf;
+}
+
+/* The exit status for a finished command, with a note on stderr when it did not simply
+ * exit: 0..255 as the command exited; 128+n when signal n killed it; 124 when its timeout
+ * passed; 130 when it was cancelled. */
+static int exec_exit_status(const exec_outcome *o)
+{
+        char b[CLI_FMT_MAX];
+
+        if (o->timed_out) {
+                fprintf(stderr, CLI_NAME ": the remote command timed out\n");
+                return CLI_EXIT_TIMEOUT;
+        }
+        if (o->cancelled) {
+                fprintf(stderr, CLI_NAME ": the remote command was cancelled\n");
+                return CLI_EXIT_CANCELLED;
+        }
+        if (o->signal > 0 && o->signal < 128) {
+                fprintf(stderr, CLI_NAME ": the remote command was killed by %s%s\n",
+                        signal_name(o->signal, b), o->oom_killed ? " (out of memory)" : "");
+                return 128 + o->signal;
+        }
+        if (o->exit_code >= 0 && o->exit_code <= 255)
+                return o->exit_code;
+        fprintf(stderr, CLI_NAME ": the remote command ended with exit code %d\n", o->exit_code);
+        return CLI_EXIT_ERROR;
+}
+
+static void json_event_head(json_writer *j, const char *kind, const Compute__V1__ExecEvent *ev)
+{
+        char b[CLI_FMT_MAX];
+
+        json_object_begin(j);
+        json_kv_string(j, "event", kind);
+        if (ev && ev->emitted_at)
+                json_kv_string(j, "emitted_at", fmt_timestamp(ev->emitted_at, b));
+}
+
+static void json_completed(json_writer *j, const Compute__V1__ExecEvent *ev)
+{
+        const Compute__V1__ExecCompleted *c = ev->completed;
+
+        json_event_head(j, "completed", ev);
+        json_kv_i64(j, "exit_code", c->exit_code);
+        json_kv_bool(j, "cancelled", c->cancelled);
+        json_kv_bool(j, "timed_out", c->timed_out);
+        json_kv_i64(j, "signal", c->signal);
+        json_kv_bool(j, "oom_killed", c->oom_killed);
+        json_kv_i64(j, "wall_time_ms", duration_ms(c->wall_time));
+        json_key(j, "usage");
+        json_usage(j, c->usage);
+        json_object_end(j);
+}
+
+/* Handles one event. Returns 0, or -1 with errno when our stdout could not take the data. */
+static int exec_event(const cli_ctx *ctx, const Compute__V1__ExecEvent *ev, exec_outcome *out)
+{
+        _cleanup_json_ json_writer j = { 0 };
+        const ProtobufCBinaryData *data = NULL;
+        const char *kind = NULL;
+        int fd = STDOUT_FILENO;
+
+        switch (ev->event_case) {
+        case COMPUTE__V1__EXEC_EVENT__EVENT_STDOUT:
+                data = &ev->stdout->data;
+                kind = "stdout";
+                break;
+        case COMPUTE__V1__EXEC_EVENT__EVENT_STDERR:
+                data = &ev->stderr->data;
+                kind = "stderr";
+                fd = STDERR_FILENO;
+                break;
+        case COMPUTE__V1__EXEC_EVENT__EVENT_COMPLETED:
+                out->done = true;
+                out->exit_code = ev->completed->exit_code;
+                out->cancelled = ev->completed->cancelled;
+                out->timed_out = ev->completed->timed_out;
+                out->signal = ev->completed->signal;
+                out->oom_killed = ev->completed->oom_killed;
+                if (!ctx->json)
+                        return 0;
+                json_completed(&j, ev);
+                json_newline(&j);
+                return write_all(STDOUT_FILENO, j.buf, j.len);
+        default:
+                return 0; /* an event kind newer than this client */
+        }
+        if (!ctx->json) {
+                /* Our stderr going away is no reason to stop the command: only stdout is. */
+                if (write_all(fd, data->data, data->len) < 0 && fd == STDOUT_FILENO)
+                        return -1;
+                return 0;
+        }
+        json_event_head(&j, kind, ev);
+        json_key(&j, "data");
+        json_base64(&j, data->data, data->len);
+        json_object_end(&j);
+        json_newline(&j);
+        return write_all(STDOUT_FILENO, j.buf, j.len);
+}
+
+/* Reads the stream to its end. Returns -2 with *ret_errno when writing stdout failed (the
+ * stream is then cancelled), else the last rpc_stream_read() result: 0 (ended with OK) or -1
+ * with *err. */
+static int exec_pump(const cli_ctx *ctx, rpc_stream *st, exec_outcome *out, int *ret_errno,
+                     cs_error **err)
+{
+        for (;;) {
+                ProtobufCMessage *msg = NULL;
+                int r = rpc_stream_read(st, &msg, err);
+
+                if (r <= 0)
+                        return r;
+                r = exec_event(ctx, (const Compute__V1__ExecEvent *)msg, out);
+                *ret_errno = errno;
+                protobuf_c_message_free_unpacked(msg, NULL);
+                if (r < 0) {
+                        rpc_stream_cancel(st);
+                        return -2;
+                }
+        }
+}
+
+static int exec_interrupted(const cli_ctx *ctx, int signo)
+{
+        char b[CLI_FMT_MAX];
+
+        if (ctx->json) {
+                _cleanup_json_ json_writer j = { 0 };
+
+                json_event_head(&j, "interrupted", NULL);
+                json_kv_i64(&j, "signal", signo);
+                json_object_end(&j);
+                json_newline(&j);
+                (void)write_all(STDOUT_FILENO, j.buf, j.len);
+        }
+        fprintf(stderr, CLI_NAME ": interrupted by %s: the remote command was cancelled\n",
+                signal_name(signo, b));
+        return CLI_EXIT_CANCELLED;
+}
+
+static int exec_run(cli_ctx *ctx, const Compute__V1__ExecCommandRequest *req, int64_t timeout_s)
+{
+        rpc_call_options opts = { .timeout_ms = (timeout_s + EXEC_DEADLINE_SLACK_S) * 1000 };
+        _cleanup_error_ cs_error *err = NULL;
+        exec_outcome out = { 0 };
+        rpc_stream *st = NULL;
+        int r, werr = 0, signo;
+
+        cli_signals_defer(true);
+        if (rpc_stream_open(cli_channel(ctx), CLI_METHOD("ExecCommand"), &req->base,
+                            &compute__v1__exec_event__descriptor, &opts, &st, &err) < 0)
+                return cli_fail(err);
+        cli_signals_set_stream(st);
+        r = exec_pump(ctx, st, &out, &werr, &err);
+        cli_signals_set_stream(NULL);
+        rpc_stream_free(st);
+
+        if (r == -2) {
+                if (werr == EPIPE)
+                        return CLI_EXIT_SIGPIPE; /* as if SIGPIPE had killed us, quietly */
+                cs_error_errno(&err, werr, "stdout");
+                return cli_fail(err);
+        }
+        signo = cli_signals_received();
+        if (signo && !out.done)
+                return exec_interrupted(ctx, signo);
+        if (out.done)
+                return exec_exit_status(&out);
+        if (r == 0)
+                cs_error_set(&err, GRPC_STATUS_INTERNAL,
+                             "the exec stream ended without an ExecCompleted event");
+        return cli_fail(err);
+}
+
+static int run_exec(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
+{
+        Compute__V1__ExecCommandRequest req = COMPUTE__V1__EXEC_COMMAND_REQUEST__INIT;
+        Google__Protobuf__Duration timeout = GOOGLE__PROTOBUF__DURATION__INIT;
+        exec_state s = { .cmd = cmd };
+        _cleanup_free_ char **pos = NULL;
+        size_t n = 0, first;
+        int64_t budget_s;
+        int r;
+
+        s.env = cs_xcalloc((size_t)argc, sizeof(*s.env));
+        s.env_ptrs = cs_xcalloc((size_t)argc, sizeof(*s.env_ptrs));
+        r = cli_parse(cmd, argc, argv, on_exec_option, &s, &pos, &n);
+        if (r == 1)
+                cli_print_command_help(cmd, stdout);
+        if (r != 0) {
+                exec_state_free(&s);
+                return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+        }
+        /* ID [--] COMMAND [ARG]... */
+        first = n > 1 && strcmp(pos[1], "--") == 0 ? 2 : 1;
+        if (n == 0 || first >= n) {
+                cli_usage_error(cmd, n == 0 ? "missing the sandbox ID and the command"
+                                            : "missing the command to run");
+                exec_state_free(&s);
+                return CLI_EXIT_USAGE;
+        }
+
+        req.sandbox_id = pos[0];
+        req.command = pos[first];
+        req.args = pos + first + 1;
+        req.n_args = n - first - 1;
+        req.env = s.env_ptrs;
+        req.n_env = s.n_env;
+        if (s.cwd)
+                req.working_dir = (char *)s.cwd;
+        budget_s = EXEC_SERVER_CAP_S;
+        if (s.timeout_s) {
+                timeout.seconds = (int64_t)s.timeout_s;
+                req.timeout = &timeout;
+                if (s.timeout_s < EXEC_SERVER_CAP_S)
+                        budget_s = (int64_t)s.timeout_s;
+        }
+        r = exec_run(ctx, &req, budget_s);
+        exec_state_free(&s);
+        return r;
+}
+
+const cli_command cli_cmd_exec = {
+        .name = "exec",
+        .args = "ID [--] COMMAND [ARG]...",
+        .summary = "Run a command in a sandbox, streaming its stdout and stderr.",
+        .details =
+                "Options go before ID; everything after ID (and an optional '--') is the remote\n"
+                "command line, passed as is. stdin is not forwarded. The command's stdout and\n"
+                "stderr are written to ours as they arrive.\n"
+                "\n"
+                "Exit status: the remote command's (0-255); 128+N when signal N killed it; 124\n"
+                "when its --timeout passed; 130 when Ctrl-C (SIGINT) or SIGTERM cancelled it\n"
+                "(the remote process gets SIGTERM, then SIGKILL after 10 s); 141 when our\n"
+                "stdout was closed; 1 on an error (computectl: STATUS: message).\n"
+                "\n"
+                "--json: one JSON object per line on stdout, one per event:\n"
+                "  {\"event\":\"stdout\"|\"stderr\", \"emitted_at\", \"data\": base64}\n"
+                "  {\"event\":\"completed\", \"emitted_at\", \"exit_code\", \"cancelled\",\n"
+                "   \"timed_out\", \"signal\", \"oom_killed\", \"wall_time_ms\", \"usage\"}\n"
+                "  {\"event\":\"interrupted\", \"signal\"}   (we cancelled it on a signal)\n",
+        .options = exec_options,
+        .n_options = ARRAY_SIZE(exec_options),
+        .options_first = true,
+        .run = run_exec,
+};

@@ -1,0 +1,290 @@
+/* create, describe, destroy: the sandbox lifecycle. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util.h"
+
+/* Bounds checked here so a typo fails before the call; the server has its own. */
+#define CREATE_MAX_RUNTIME_S (365ULL * 24 * 3600)
+
+/* Parses a command whose only argument is a sandbox id. */
+static int parse_id_only(const cli_command *cmd, int argc, char **argv, const char **ret_id)
+{
+        _cleanup_free_ char **pos = NULL;
+        size_t n = 0;
+        int r = cli_parse(cmd, argc, argv, NULL, NULL, &pos, &n);
+
+        if (r == 1) {
+                cli_print_command_help(cmd, stdout);
+                return 1;
+        }
+        if (r < 0)
+                return -1;
+        if (n != 1)
+                return cli_usage_error(cmd, n == 0 ? "missing the sandbox ID"
+                                                   : "too many arguments (only the sandbox ID)");
+        *ret_id = pos[0];
+        return 0;
+}
+
+static int exit_for_parse(int r)
+{
+        return r > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+}
+
+/* --- create ------------------------------------------------------------------------------- */
+
+enum {
+        CREATE_TENANT = 1,
+        CREATE_SESSION,
+        CREATE_IMAGE,
+        CREATE_CPU,
+        CREATE_MEMORY,
+        CREATE_MAX_RUNTIME,
+        CREATE_MOUNT_PATH,
+        CREATE_SIZE,
+        CREATE_STORAGE_CLASS,
+};
+
+static const cli_option create_options[] = {
+        { CREATE_TENANT, "tenant", 't', "ID", "Tenant id (required)." },
+        { CREATE_SESSION, "session", 's', "ID",
+          "Agent session id (required). One sandbox per session: repeating create for a "
+          "session whose sandbox is not destroyed prints the same id." },
+        { CREATE_IMAGE, "image", 0, "IMAGE", "Container image. Default: the server's." },
+        { CREATE_CPU, "cpu-millis", 0, "N", "CPU limit in millicores. Default: 1000." },
+        { CREATE_MEMORY, "memory", 0, "BYTES",
+          "Memory limit: bytes, or with a unit (512Mi, 1Gi, 2G). Default: 1Gi." },
+        { CREATE_MAX_RUNTIME, "max-runtime", 0, "SECONDS",
+          "Hard wall-time limit of the sandbox (s, m or h suffix allowed). Default: 15m." },
+        { CREATE_MOUNT_PATH, "mount-path", 0, "PATH",
+          "Where the workspace is mounted in the sandbox. Default: /workspace." },
+        { CREATE_SIZE, "workspace-size", 0, "SIZE",
+          "Workspace volume capacity, e.g. 5Gi (Kubernetes mode). Default: the server's." },
+        { CREATE_STORAGE_CLASS, "storage-class", 0, "NAME",
+          "Workspace StorageClass (Kubernetes mode). Default: the server's." },
+};
+
+typedef struct create_state {
+        const cli_command *cmd;
+        Compute__V1__CreateSandboxRequest req;
+        Compute__V1__WorkspaceSpec ws;
+        Compute__V1__ResourceLimits limits;
+        Google__Protobuf__Duration max_runtime;
+        bool has_ws, has_limits;
+} create_state;
+
+static int on_create_option(void *state, int id, const char *value)
+{
+        create_state *s = state;
+        uint64_t v;
+
+        switch (id) {
+        case CREATE_TENANT:
+                s->req.tenant_id = (char *)value;
+                return 0;
+        case CREATE_SESSION:
+                s->req.session_id = (char *)value;
+                return 0;
+        case CREATE_IMAGE:
+                s->req.image = (char *)value;
+                return 0;
+        case CREATE_CPU:
+                if (cli_parse_u64(s->cmd, "--cpu-millis", value, UINT32_MAX, &v) < 0)
+                        return -1;
+                s->limits.cpu_millis = (uint32_t)v;
+                s->has_limits = true;
+                return 0;
+        case CREATE_MEMORY:
+                if (cli_parse_bytes(s->cmd, "--memory", value, &v) < 0)
+                        return -1;
+                s->limits.memory_bytes = v;
+                s->has_limits = true;
+                return 0;
+        case CREATE_MAX_RUNTIME:
+                if (cli_parse_seconds(s->cmd, "--max-runtime", value, CREATE_MAX_RUNTIME_S, &v) < 0)
+                        return -1;
+                s->max_runtime.seconds = (int64_t)v;
+                s->limits.max_runtime = &s->max_runtime;
+                s->has_limits = true;
+                return 0;
+        case CREATE_MOUNT_PATH:
+                s->ws.mount_path = (char *)value;
+                s->has_ws = true;
+                return 0;
+        case CREATE_SIZE:
+                s->ws.size = (char *)value;
+                s->has_ws = true;
+                return 0;
+        case CREATE_STORAGE_CLASS:
+                s->ws.storage_class = (char *)value;
+                s->has_ws = true;
+                return 0;
+        }
+        return cli_usage_error(s->cmd, "internal error: option %d", id);
+}
+
+static int create_print(const cli_ctx *ctx, const Compute__V1__CreateSandboxResponse *resp)
+{
+        _cleanup_json_ json_writer j = { 0 };
+        char b[CLI_FMT_MAX];
+
+        if (!ctx->json) {
+                printf("%s\n", resp->sandbox_id);
+                return CLI_EXIT_OK;
+        }
+        json_object_begin(&j);
+        json_kv_string(&j, "sandbox_id", resp->sandbox_id);
+        json_kv_string(&j, "status", fmt_status(resp->status, b));
+        json_kv_timestamp(&j, "created_at", resp->created_at);
+        json_object_end(&j);
+        return json_print(&j);
+}
+
+static int run_create(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
+{
+        create_state s = {
+                .cmd = cmd,
+                .req = COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT,
+                .ws = COMPUTE__V1__WORKSPACE_SPEC__INIT,
+                .limits = COMPUTE__V1__RESOURCE_LIMITS__INIT,
+                .max_runtime = GOOGLE__PROTOBUF__DURATION__INIT,
+        };
+        _cleanup_error_ cs_error *err = NULL;
+        _cleanup_msg_ ProtobufCMessage *resp = NULL;
+        _cleanup_free_ char **pos = NULL;
+        size_t n = 0;
+        int r;
+
+        r = cli_parse(cmd, argc, argv, on_create_option, &s, &pos, &n);
+        if (r == 1)
+                cli_print_command_help(cmd, stdout);
+        if (r != 0)
+                return exit_for_parse(r);
+        if (n > 0) {
+                cli_usage_error(cmd, "unexpected argument '%s'", pos[0]);
+                return CLI_EXIT_USAGE;
+        }
+        if (!*s.req.tenant_id || !*s.req.session_id) {
+                cli_usage_error(cmd, "--tenant and --session are required");
+                return CLI_EXIT_USAGE;
+        }
+        if (s.has_ws)
+                s.req.workspace = &s.ws;
+        if (s.has_limits)
+                s.req.limits = &s.limits;
+
+        if (cli_unary(ctx, CLI_METHOD("CreateSandbox"), &s.req.base,
+                      &compute__v1__create_sandbox_response__descriptor, &resp, &err) < 0)
+                return cli_fail(err);
+        return create_print(ctx, (const Compute__V1__CreateSandboxResponse *)resp);
+}
+
+const cli_command cli_cmd_create = {
+        .name = "create",
+        .args = "--tenant ID --session ID",
+        .summary = "Create a sandbox for a session and print its id.",
+        .details = "Prints the sandbox id (the sandbox starts asynchronously: exec waits for it).\n"
+                   "--json: {\"sandbox_id\", \"status\", \"created_at\"}.\n",
+        .options = create_options,
+        .n_options = ARRAY_SIZE(create_options),
+        .run = run_create,
+};
+
+/* --- describe ----------------------------------------------------------------------------- */
+
+static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandboxResponse *resp)
+{
+        _cleanup_json_ json_writer j = { 0 };
+        int64_t up = duration_ms(resp->current_uptime);
+        char b[CLI_FMT_MAX];
+
+        if (!ctx->json) {
+                print_kv("sandbox_id", "%s", resp->sandbox_id);
+                print_kv("status", "%s", fmt_status(resp->status, b));
+                print_kv("created_at", "%s", fmt_timestamp(resp->created_at, b));
+                print_kv("uptime", "%s", fmt_duration_ms(up, b));
+                print_usage_text(resp->current_usage);
+                return CLI_EXIT_OK;
+        }
+        json_object_begin(&j);
+        json_kv_string(&j, "sandbox_id", resp->sandbox_id);
+        json_kv_string(&j, "status", fmt_status(resp->status, b));
+        json_kv_timestamp(&j, "created_at", resp->created_at);
+        json_kv_i64(&j, "uptime_ms", up);
+        json_key(&j, "usage");
+        json_usage(&j, resp->current_usage);
+        json_object_end(&j);
+        return json_print(&j);
+}
+
+static int run_describe(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
+{
+        Compute__V1__DescribeSandboxRequest req = COMPUTE__V1__DESCRIBE_SANDBOX_REQUEST__INIT;
+        _cleanup_error_ cs_error *err = NULL;
+        _cleanup_msg_ ProtobufCMessage *resp = NULL;
+        const char *id = NULL;
+        int r;
+
+        r = parse_id_only(cmd, argc, argv, &id);
+        if (r != 0)
+                return exit_for_parse(r);
+        req.sandbox_id = (char *)id;
+        if (cli_unary(ctx, CLI_METHOD("DescribeSandbox"), &req.base,
+                      &compute__v1__describe_sandbox_response__descriptor, &resp, &err) < 0)
+                return cli_fail(err);
+        return describe_print(ctx, (const Compute__V1__DescribeSandboxResponse *)resp);
+}
+
+const cli_command cli_cmd_describe = {
+        .name = "describe",
+        .args = "ID",
+        .summary = "Show a sandbox's status, creation time, uptime and usage.",
+        .details = "Text: aligned 'key: value' lines. --json: {\"sandbox_id\", \"status\",\n"
+                   "\"created_at\", \"uptime_ms\", \"usage\": {\"cpu_ms\", ...}}.\n",
+        .run = run_describe,
+};
+
+/* --- destroy ------------------------------------------------------------------------------ */
+
+static int run_destroy(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
+{
+        Compute__V1__DestroySandboxRequest req = COMPUTE__V1__DESTROY_SANDBOX_REQUEST__INIT;
+        _cleanup_error_ cs_error *err = NULL;
+        _cleanup_msg_ ProtobufCMessage *msg = NULL;
+        _cleanup_json_ json_writer j = { 0 };
+        const Compute__V1__DestroySandboxResponse *resp;
+        const char *id = NULL;
+        int r;
+
+        r = parse_id_only(cmd, argc, argv, &id);
+        if (r != 0)
+                return exit_for_parse(r);
+        req.sandbox_id = (char *)id;
+        if (cli_unary(ctx, CLI_METHOD("DestroySandbox"), &req.base,
+                      &compute__v1__destroy_sandbox_response__descriptor, &msg, &err) < 0)
+                return cli_fail(err);
+        resp = (const Compute__V1__DestroySandboxResponse *)msg;
+        if (!ctx->json) {
+                print_kv("sandbox_id", "%s", resp->sandbox_id);
+                print_kv("status", "DESTROYED");
+                print_usage_text(resp->total_usage);
+                return CLI_EXIT_OK;
+        }
+        json_object_begin(&j);
+        json_kv_string(&j, "sandbox_id", resp->sandbox_id);
+        json_key(&j, "total_usage");
+        json_usage(&j, resp->total_usage);
+        json_object_end(&j);
+        return json_print(&j);
+}
+
+const cli_command cli_cmd_destroy = {
+        .name = "destroy",
+        .args = "ID",
+        .summary = "Destroy a sandbox and print its total usage.",
+        .details = "The workspace is kept for the server's grace window (describe then shows\n"
+                   "DESTROYED). --json: {\"sandbox_id\", \"total_usage\": {\"cpu_ms\", ...}}.\n",
+        .run = run_destroy,
+};

@@ -1,0 +1,280 @@
+/* computectl: a command-line client for compute.v1.ComputeService.
+ *
+ *   computectl [--addr HOST:PORT] [--json] [--timeout SECONDS] COMMAND [OPTION]... [ARG]...
+ *
+ * This file holds main, the global options, the command table, the shared call helpers and the
+ * signal thread; each command lives in a cmd_*.c file (see cli.h). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "signals.h"
+#include "util.h"
+
+#define GLOBAL_TIMEOUT_DEFAULT_S 30
+#define GLOBAL_TIMEOUT_MAX_S     (24 * 3600)
+
+static const cli_command *const commands[] = {
+        &cli_cmd_create, &cli_cmd_describe, &cli_cmd_destroy,
+        &cli_cmd_exec,   &cli_cmd_cp,       &cli_cmd_ls,
+};
+
+enum {
+        OPT_ADDR = 1,
+        OPT_JSON,
+        OPT_TIMEOUT,
+};
+
+static const cli_option global_options[] = {
+        { OPT_ADDR, "addr", 0, "HOST:PORT",
+          "Address of the compute service. Env: " CLI_ADDR_ENV "; default: " CLI_DEFAULT_ADDR "." },
+        { OPT_JSON, "json", 0, NULL,
+          "Machine-readable output: one JSON object per line on stdout (see each command)." },
+        { OPT_TIMEOUT, "timeout", 0, "SECONDS",
+          "Deadline of each unary call (s, m or h suffix allowed; 0: none). Default: 30." },
+};
+
+static const cli_command global = {
+        .name = NULL,
+        .options = global_options,
+        .n_options = ARRAY_SIZE(global_options),
+        .options_first = true,
+};
+
+static void print_global_help(FILE *out)
+{
+        fprintf(out, "Usage: " CLI_NAME " [OPTION]... COMMAND [ARG]...\n\n"
+                     "A command-line client for the compute service (compute.v1.ComputeService):\n"
+                     "gVisor sandboxes for agent sessions.\n\nCommands:\n");
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+                fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+        fprintf(out, "\nOptions (before the command):\n");
+        for (size_t i = 0; i < ARRAY_SIZE(global_options); i++) {
+                const cli_option *o = &global_options[i];
+                fprintf(out, "      --%s%s%s\n", o->name, o->metavar ? " " : "",
+                        o->metavar ? o->metavar : "");
+                cli_print_wrapped(out, 10, o->help);
+        }
+        fprintf(out, "  -h, --help\n          Print this help and exit.\n\n"
+                     "Run '" CLI_NAME " COMMAND --help' for the options of a command.\n\n"
+                     "Exit status: 0 on success, 1 on an error (printed as\n"
+                     "'" CLI_NAME ": STATUS: message'), 2 on a usage error; exec exits with the\n"
+                     "remote command's status (124 on its timeout, 130 when interrupted).\n");
+}
+
+/* --- errors and calls ------------------------------------------------------------------- */
+
+int cli_fail(const cs_error *err)
+{
+        fprintf(stderr, CLI_NAME ": %s: %s\n", cs_status_name(err->code),
+                err->msg ? err->msg : "(no message)");
+        return CLI_EXIT_ERROR;
+}
+
+rpc_channel *cli_channel(cli_ctx *ctx)
+{
+        if (!ctx->channel)
+                ctx->channel = rpc_channel_new(ctx->addr);
+        return ctx->channel;
+}
+
+int cli_unary(cli_ctx *ctx, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
+              cs_error **err)
+{
+        rpc_call_options opts = { .timeout_ms = ctx->timeout_ms };
+
+        return rpc_unary(cli_channel(ctx), method, req, resp_desc, &opts, ret_resp, err);
+}
+
+/* --- signals ------------------------------------------------------------------------------ */
+
+static struct {
+        pthread_mutex_t lock;
+        int signo;
+        bool defer;
+        bool progress;
+        rpc_stream *stream;
+        char *unlink_path;
+} sig = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *signal_thread(void *arg)
+{
+        (void)arg;
+        for (;;) {
+                int s = cs_signals_wait();
+
+                pthread_mutex_lock(&sig.lock);
+                if (sig.signo == 0) {
+                        sig.signo = s;
+                        if (sig.defer) {
+                                if (sig.stream)
+                                        rpc_stream_cancel(sig.stream);
+                                pthread_mutex_unlock(&sig.lock);
+                                continue;
+                        }
+                }
+                /* Not deferred, or a second signal: leave now, and leave nothing behind.
+                 * The lock stays held so that no other thread changes what we clean up. */
+                if (sig.unlink_path)
+                        unlink(sig.unlink_path);
+                if (sig.progress)
+                        (void)!write(STDERR_FILENO, "\n", 1);
+                _exit(CLI_EXIT_CANCELLED);
+        }
+        return NULL;
+}
+
+void cli_signals_start(void)
+{
+        pthread_t t;
+
+        /* Before any other thread exists (gRPC's included), so that all inherit the mask and
+         * only signal_thread ever takes SIGINT and SIGTERM. */
+        cs_signals_block();
+        if (pthread_create(&t, NULL, signal_thread, NULL) != 0) {
+                fprintf(stderr, CLI_NAME ": cannot start the signal thread\n");
+                exit(CLI_EXIT_ERROR);
+        }
+        pthread_detach(t);
+}
+
+void cli_signals_defer(bool on)
+{
+        pthread_mutex_lock(&sig.lock);
+        sig.defer = on;
+        pthread_mutex_unlock(&sig.lock);
+}
+
+void cli_signals_set_stream(rpc_stream *st)
+{
+        pthread_mutex_lock(&sig.lock);
+        sig.stream = st;
+        /* A signal that came before the stream existed cancels it now. */
+        if (st && sig.signo)
+                rpc_stream_cancel(st);
+        pthread_mutex_unlock(&sig.lock);
+}
+
+void cli_signals_set_unlink(const char *path)
+{
+        pthread_mutex_lock(&sig.lock);
+        free(sig.unlink_path);
+        sig.unlink_path = path ? cs_xstrdup(path) : NULL;
+        pthread_mutex_unlock(&sig.lock);
+}
+
+void cli_signals_set_progress(bool on)
+{
+        pthread_mutex_lock(&sig.lock);
+        sig.progress = on;
+        pthread_mutex_unlock(&sig.lock);
+}
+
+int cli_signals_received(void)
+{
+        int s;
+
+        pthread_mutex_lock(&sig.lock);
+        s = sig.signo;
+        pthread_mutex_unlock(&sig.lock);
+        return s;
+}
+
+/* --- main ---------------------------------------------------------------------------------- */
+
+typedef struct global_state {
+        cli_ctx *ctx;
+} global_state;
+
+static int on_global_option(void *state, int id, const char *value)
+{
+        cli_ctx *ctx = ((global_state *)state)->ctx;
+        uint64_t secs;
+
+        switch (id) {
+        case OPT_ADDR:
+                if (!*value)
+                        return cli_usage_error(&global, "--addr: empty address");
+                ctx->addr = value;
+                return 0;
+        case OPT_JSON:
+                ctx->json = true;
+                return 0;
+        case OPT_TIMEOUT:
+                if (cli_parse_seconds(&global, "--timeout", value, GLOBAL_TIMEOUT_MAX_S, &secs) < 0)
+                        return -1;
+                ctx->timeout_ms = (int64_t)secs * 1000;
+                return 0;
+        }
+        return cli_usage_error(&global, "internal error: option %d", id);
+}
+
+static const cli_command *find_command(const char *name)
+{
+        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+                if (strcmp(commands[i]->name, name) == 0)
+                        return commands[i];
+        return NULL;
+}
+
+/* Parses the global options; returns the index of the command in argv, or -(exit status)
+ * when the program is done (help printed, usage error). */
+static int parse_global(cli_ctx *ctx, int argc, char **argv)
+{
+        global_state st = { .ctx = ctx };
+        _cleanup_free_ char **pos = NULL;
+        const char *env = getenv(CLI_ADDR_ENV);
+        size_t n_pos = 0;
+        int r;
+
+        ctx->addr = env && *env ? env : CLI_DEFAULT_ADDR;
+        ctx->timeout_ms = GLOBAL_TIMEOUT_DEFAULT_S * 1000;
+        r = cli_parse(&global, argc, argv, on_global_option, &st, &pos, &n_pos);
+        if (r == 1) {
+                print_global_help(stdout);
+                return -CLI_EXIT_OK;
+        }
+        if (r < 0)
+                return -CLI_EXIT_USAGE;
+        if (n_pos == 0) {
+                fprintf(stderr, CLI_NAME ": no command given\nTry '" CLI_NAME " --help'.\n");
+                return -CLI_EXIT_USAGE;
+        }
+        /* The command is the first positional argument; with options_first every later
+         * argument is positional too, so it sits at argc - n_pos. */
+        return argc - (int)n_pos;
+}
+
+int main(int argc, char **argv)
+{
+        cli_ctx ctx = { 0 };
+        const cli_command *cmd;
+        int idx, rc;
+
+        idx = parse_global(&ctx, argc, argv);
+        if (idx <= 0)
+                return -idx;
+        cmd = find_command(argv[idx]);
+        if (!cmd) {
+                fprintf(stderr, CLI_NAME ": unknown command '%s'\nTry '" CLI_NAME " --help'.\n",
+                        argv[idx]);
+                return CLI_EXIT_USAGE;
+        }
+
+        cli_signals_start();
+        rpc_global_init();
+        rc = cmd->run(&ctx, cmd, argc - idx, argv + idx);
+        rpc_channel_free(ctx.channel);
+        rpc_global_shutdown();
+        cli_signals_set_unlink(NULL);
+
+        if (fflush(stdout) != 0 && rc == CLI_EXIT_OK) {
+                perror(CLI_NAME ": stdout");
+                rc = CLI_EXIT_ERROR;
+        }
+        return rc;
+}

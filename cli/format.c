@@ -1,0 +1,199 @@
+/* How computectl shows things: times, sizes, durations, usage metrics, JSON documents. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "util.h"
+
+/* Width of the "key:" column of describe's and destroy's text output: the longest key,
+ * "network_ingress_bytes:", and a space. */
+#define KV_KEY_WIDTH 23
+
+int write_all(int fd, const void *buf, size_t len)
+{
+        const char *p = buf;
+
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+const char *fmt_timestamp(const Google__Protobuf__Timestamp *ts, char buf[static CLI_FMT_MAX])
+{
+        time_t secs;
+        struct tm tm;
+        size_t n;
+
+        buf[0] = '\0';
+        if (!ts)
+                return buf;
+        secs = (time_t)ts->seconds;
+        if (!gmtime_r(&secs, &tm))
+                return buf;
+        n = strftime(buf, CLI_FMT_MAX, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(buf + n, CLI_FMT_MAX - n, ".%03dZ",
+                 ts->nanos >= 0 && ts->nanos < 1000000000 ? ts->nanos / 1000000 : 0);
+        return buf;
+}
+
+const char *fmt_bytes(uint64_t n, char buf[static CLI_FMT_MAX])
+{
+        static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+        double v = (double)n;
+        size_t u = 0;
+
+        if (n < 1024) {
+                snprintf(buf, CLI_FMT_MAX, "%" PRIu64 " B", n);
+                return buf;
+        }
+        v /= 1024;
+        while (v >= 1024 && u + 1 < ARRAY_SIZE(units)) {
+                v /= 1024;
+                u++;
+        }
+        snprintf(buf, CLI_FMT_MAX, "%.1f %s", v, units[u]);
+        return buf;
+}
+
+const char *fmt_duration_ms(int64_t ms, char buf[static CLI_FMT_MAX])
+{
+        if (ms < 0)
+                ms = 0;
+        if (ms < 1000)
+                snprintf(buf, CLI_FMT_MAX, "%" PRId64 "ms", ms);
+        else if (ms < 60 * 1000)
+                snprintf(buf, CLI_FMT_MAX, "%.1fs", (double)ms / 1000);
+        else if (ms < 3600 * 1000)
+                snprintf(buf, CLI_FMT_MAX, "%" PRId64 "m%02" PRId64 "s", ms / 60000,
+                         ms / 1000 % 60);
+        else
+                snprintf(buf, CLI_FMT_MAX, "%" PRId64 "h%02" PRId64 "m%02" PRId64 "s", ms / 3600000,
+                         ms / 60000 % 60, ms / 1000 % 60);
+        return buf;
+}
+
+int64_t duration_ms(const Google__Protobuf__Duration *d)
+{
+        if (!d)
+                return 0;
+        return d->seconds * 1000 + d->nanos / 1000000;
+}
+
+const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FMT_MAX])
+{
+        const char *name;
+
+        switch (status) {
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_UNSPECIFIED:
+                name = "UNSPECIFIED";
+                break;
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_STARTING:
+                name = "STARTING";
+                break;
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_READY:
+                name = "READY";
+                break;
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_FAILED:
+                name = "FAILED";
+                break;
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_DESTROYED:
+                name = "DESTROYED";
+                break;
+        default:
+                /* A newer server may know more states than this client. */
+                snprintf(buf, CLI_FMT_MAX, "UNKNOWN(%d)", (int)status);
+                return buf;
+        }
+        snprintf(buf, CLI_FMT_MAX, "%s", name);
+        return buf;
+}
+
+void print_kv(const char *key, const char *fmt, ...)
+{
+        va_list ap;
+
+        printf("%s:%*s", key, KV_KEY_WIDTH - (int)strlen(key) - 1, "");
+        va_start(ap, fmt);
+        vprintf(fmt, ap);
+        va_end(ap);
+        putchar('\n');
+}
+
+static void print_kv_bytes(const char *key, uint64_t n)
+{
+        char b[CLI_FMT_MAX];
+
+        if (n < 1024)
+                print_kv(key, "%" PRIu64, n);
+        else
+                print_kv(key, "%" PRIu64 " (%s)", n, fmt_bytes(n, b));
+}
+
+void print_usage_text(const Common__V1__UsageMetrics *u)
+{
+        static const Common__V1__UsageMetrics zero = COMMON__V1__USAGE_METRICS__INIT;
+
+        if (!u)
+                u = &zero;
+        print_kv("cpu_ms", "%" PRIu64, u->cpu_ms);
+        print_kv_bytes("memory_peak_bytes", u->memory_peak_bytes);
+        print_kv_bytes("memory_avg_bytes", u->memory_avg_bytes);
+        print_kv_bytes("disk_read_bytes", u->disk_read_bytes);
+        print_kv_bytes("disk_write_bytes", u->disk_write_bytes);
+        print_kv_bytes("network_egress_bytes", u->network_egress_bytes);
+        print_kv_bytes("network_ingress_bytes", u->network_ingress_bytes);
+}
+
+void json_usage(json_writer *j, const Common__V1__UsageMetrics *u)
+{
+        static const Common__V1__UsageMetrics zero = COMMON__V1__USAGE_METRICS__INIT;
+
+        if (!u)
+                u = &zero;
+        json_object_begin(j);
+        json_kv_u64(j, "cpu_ms", u->cpu_ms);
+        json_kv_u64(j, "memory_peak_bytes", u->memory_peak_bytes);
+        json_kv_u64(j, "memory_avg_bytes", u->memory_avg_bytes);
+        json_kv_u64(j, "disk_read_bytes", u->disk_read_bytes);
+        json_kv_u64(j, "disk_write_bytes", u->disk_write_bytes);
+        json_kv_u64(j, "network_egress_bytes", u->network_egress_bytes);
+        json_kv_u64(j, "network_ingress_bytes", u->network_ingress_bytes);
+        json_object_end(j);
+}
+
+void json_kv_timestamp(json_writer *j, const char *key, const Google__Protobuf__Timestamp *ts)
+{
+        char b[CLI_FMT_MAX];
+
+        json_key(j, key);
+        if (ts)
+                json_string(j, fmt_timestamp(ts, b));
+        else
+                json_null(j);
+}
+
+int json_print(json_writer *j)
+{
+        json_newline(j);
+        if (write_all(STDOUT_FILENO, j->buf, j->len) < 0) {
+                cs_error e = { .code = cs_errno_to_status(errno), .msg = NULL };
+                _cleanup_free_ char *msg = cs_xasprintf("stdout: %s", strerror(errno));
+
+                e.msg = msg;
+                return cli_fail(&e);
+        }
+        return 0;
+}

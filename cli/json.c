@@ -1,0 +1,292 @@
+#include "json.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void json_init(json_writer *j)
+{
+        memset(j, 0, sizeof(*j));
+}
+
+void json_free(json_writer *j)
+{
+        free(j->buf);
+        memset(j, 0, sizeof(*j));
+}
+
+static void put(json_writer *j, const char *s, size_t n)
+{
+        if (j->len + n + 1 > j->cap) {
+                size_t cap = j->cap ? j->cap : 256;
+                char *nb;
+
+                while (cap < j->len + n + 1)
+                        cap *= 2;
+                nb = cs_xmalloc(cap);
+                if (j->buf)
+                        memcpy(nb, j->buf, j->len);
+                free(j->buf);
+                j->buf = nb;
+                j->cap = cap;
+        }
+        memcpy(j->buf + j->len, s, n);
+        j->len += n;
+        j->buf[j->len] = '\0';
+}
+
+static void puts_(json_writer *j, const char *s)
+{
+        put(j, s, strlen(s));
+}
+
+/* Before a value: a comma if it is not the first element, unless a key came just before. */
+static void before_value(json_writer *j)
+{
+        if (j->after_key) {
+                j->after_key = false;
+                return;
+        }
+        if (j->depth > 0) {
+                if (j->has_member[j->depth - 1])
+                        put(j, ",", 1);
+                j->has_member[j->depth - 1] = true;
+        }
+}
+
+static void open_(json_writer *j, char c)
+{
+        before_value(j);
+        put(j, &c, 1);
+        /* computectl never nests deeper than a few levels: more is a bug, not input. */
+        if (j->depth == JSON_MAX_DEPTH)
+                abort();
+        j->has_member[j->depth++] = false;
+}
+
+static void close_(json_writer *j, char c)
+{
+        if (j->depth > 0)
+                j->depth--;
+        put(j, &c, 1);
+}
+
+void json_object_begin(json_writer *j)
+{
+        open_(j, '{');
+}
+
+void json_object_end(json_writer *j)
+{
+        close_(j, '}');
+}
+
+void json_array_begin(json_writer *j)
+{
+        open_(j, '[');
+}
+
+void json_array_end(json_writer *j)
+{
+        close_(j, ']');
+}
+
+void json_key(json_writer *j, const char *key)
+{
+        json_string(j, key);
+        put(j, ":", 1);
+        j->after_key = true;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if it is not one. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+        unsigned char c = s[0];
+        unsigned char lo = 0x80, hi = 0xbf;
+        size_t len;
+
+        if (c < 0x80)
+                return 1;
+        if (c >= 0xc2 && c <= 0xdf)
+                len = 2;
+        else if (c >= 0xe0 && c <= 0xef)
+                len = 3;
+        else if (c >= 0xf0 && c <= 0xf4)
+                len = 4;
+        else
+                return 0;
+        if (len > n)
+                return 0;
+        /* The second byte's range excludes overlong forms, surrogates and > U+10FFFF. */
+        if (c == 0xe0)
+                lo = 0xa0;
+        else if (c == 0xed)
+                hi = 0x9f;
+        else if (c == 0xf0)
+                lo = 0x90;
+        else if (c == 0xf4)
+                hi = 0x8f;
+        if (s[1] < lo || s[1] > hi)
+                return 0;
+        for (size_t i = 2; i < len; i++)
+                if (s[i] < 0x80 || s[i] > 0xbf)
+                        return 0;
+        return len;
+}
+
+void json_string_len(json_writer *j, const char *s, size_t len)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        size_t i = 0;
+
+        before_value(j);
+        put(j, "\"", 1);
+        while (i < len) {
+                size_t run = i, n;
+
+                /* Copy the longest stretch that needs no escaping in one go. */
+                while (run < len && p[run] >= 0x20 && p[run] < 0x80 && p[run] != '"' &&
+                       p[run] != '\\')
+                        run++;
+                put(j, s + i, run - i);
+                i = run;
+                if (i == len)
+                        break;
+                if (p[i] >= 0x80) {
+                        n = utf8_len(p + i, len - i);
+                        if (n == 0) {
+                                puts_(j, "\\ufffd");
+                                n = 1;
+                        } else {
+                                put(j, s + i, n);
+                        }
+                        i += n;
+                        continue;
+                }
+                switch (p[i]) {
+                case '"':
+                        puts_(j, "\\\"");
+                        break;
+                case '\\':
+                        puts_(j, "\\\\");
+                        break;
+                case '\n':
+                        puts_(j, "\\n");
+                        break;
+                case '\r':
+                        puts_(j, "\\r");
+                        break;
+                case '\t':
+                        puts_(j, "\\t");
+                        break;
+                default: {
+                        char esc[8];
+                        snprintf(esc, sizeof(esc), "\\u%04x", p[i]);
+                        puts_(j, esc);
+                }
+                }
+                i++;
+        }
+        put(j, "\"", 1);
+}
+
+void json_string(json_writer *j, const char *s)
+{
+        if (!s) {
+                json_null(j);
+                return;
+        }
+        json_string_len(j, s, strlen(s));
+}
+
+void json_base64(json_writer *j, const uint8_t *data, size_t len)
+{
+        static const char tab[] =
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        char out[4 * 64];
+        size_t o = 0;
+
+        before_value(j);
+        put(j, "\"", 1);
+        for (size_t i = 0; i < len; i += 3) {
+                uint32_t v = (uint32_t)data[i] << 16;
+                size_t rem = len - i;
+
+                if (rem > 1)
+                        v |= (uint32_t)data[i + 1] << 8;
+                if (rem > 2)
+                        v |= data[i + 2];
+                out[o++] = tab[(v >> 18) & 63];
+                out[o++] = tab[(v >> 12) & 63];
+                out[o++] = rem > 1 ? tab[(v >> 6) & 63] : '=';
+                out[o++] = rem > 2 ? tab[v & 63] : '=';
+                if (o == sizeof(out)) {
+                        put(j, out, o);
+                        o = 0;
+                }
+        }
+        put(j, out, o);
+        put(j, "\"", 1);
+}
+
+void json_u64(json_writer *j, uint64_t v)
+{
+        char b[24];
+
+        before_value(j);
+        snprintf(b, sizeof(b), "%" PRIu64, v);
+        puts_(j, b);
+}
+
+void json_i64(json_writer *j, int64_t v)
+{
+        char b[24];
+
+        before_value(j);
+        snprintf(b, sizeof(b), "%" PRId64, v);
+        puts_(j, b);
+}
+
+void json_bool(json_writer *j, bool v)
+{
+        before_value(j);
+        puts_(j, v ? "true" : "false");
+}
+
+void json_null(json_writer *j)
+{
+        before_value(j);
+        puts_(j, "null");
+}
+
+void json_newline(json_writer *j)
+{
+        put(j, "\n", 1);
+}
+
+void json_kv_string(json_writer *j, const char *key, const char *s)
+{
+        json_key(j, key);
+        json_string(j, s);
+}
+
+void json_kv_u64(json_writer *j, const char *key, uint64_t v)
+{
+        json_key(j, key);
+        json_u64(j, v);
+}
+
+void json_kv_i64(json_writer *j, const char *key, int64_t v)
+{
+        json_key(j, key);
+        json_i64(j, v);
+}
+
+void json_kv_bool(json_writer *j, const char *key, bool v)
+{
+        json_key(j, key);
+        json_bool(j, v);
+}
