@@ -200,24 +200,18 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
 
 /* --- files ----------------------------------------------------------------------------- */
 
-static void free_message(void *msg)
-{
-        protobuf_c_message_free_unpacked(msg, NULL);
-}
-
-/* Sends req to the agent on `route`; the agent's response (a compute.v1 message, the same
- * type as ours) is moved into resp shallowly, and freed when the call ends. */
+/* Sends req to the agent on `route` and answers with the agent's response as it is: the
+ * agent's file calls answer with the compute.v1 message this call answers with, so the
+ * bytes (up to 16 MiB of file data) pass through undecoded. */
 static int relay_unary(rpc_call *call, const fe_route *route, const char *method,
-                       ProtobufCMessage *req, ProtobufCMessage *resp, cs_error **err)
+                       ProtobufCMessage *req, cs_error **err)
 {
         rpc_call_options opts = { .timeout_ms = svc.agent_timeout_ms, .parent = call };
-        ProtobufCMessage *got = NULL;
+        grpc_byte_buffer *got = NULL;
 
-        if (rpc_unary(route->channel, method, req, resp->descriptor, &opts, &got, err) < 0)
+        if (rpc_unary_raw(route->channel, method, req, &opts, &got, err) < 0)
                 return -1;
-        memcpy((char *)resp + sizeof(ProtobufCMessage), (char *)got + sizeof(ProtobufCMessage),
-               resp->descriptor->sizeof_message - sizeof(ProtobufCMessage));
-        rpc_call_defer(call, free_message, got);
+        rpc_call_respond_raw(call, got);
         return 0;
 }
 
@@ -247,7 +241,8 @@ static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
         out.path = req->path;
         out.offset = req->offset;
         out.max_bytes = req->max_bytes;
-        return relay_unary(call, &route, NA("ReadFile"), &out.base, resp_msg, err);
+        (void)resp_msg;
+        return relay_unary(call, &route, NA("ReadFile"), &out.base, err);
 }
 
 static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
@@ -270,7 +265,8 @@ static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
         out.data = req->data;
         out.append = req->append;
         out.mode = req->mode;
-        return relay_unary(call, &route, NA("WriteFile"), &out.base, resp_msg, err);
+        (void)resp_msg;
+        return relay_unary(call, &route, NA("WriteFile"), &out.base, err);
 }
 
 static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
@@ -288,7 +284,8 @@ static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
         out.path = req->path;
         out.recursive = req->recursive;
         out.max_entries = req->max_entries;
-        return relay_unary(call, &route, NA("ListFiles"), &out.base, resp_msg, err);
+        (void)resp_msg;
+        return relay_unary(call, &route, NA("ListFiles"), &out.base, err);
 }
 
 /* --- the method table ------------------------------------------------------------------ */

@@ -356,6 +356,10 @@ static int make_pipe(int fds[2], cs_error **err)
         if (pipe2(fds, O_CLOEXEC) < 0)
                 return cs_error_errno(err, errno, "pipe");
         fcntl(fds[0], F_SETFL, O_NONBLOCK);
+        /* A pipe holds 64 KiB by default, which caps every read, and so every event, at that:
+         * a larger one moves bulk output in fewer messages. Best effort (the system limit
+         * is /proc/sys/fs/pipe-max-size). */
+        fcntl(fds[0], F_SETPIPE_SZ, EXEC_CHUNK);
         return 0;
 }
 

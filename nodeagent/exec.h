@@ -21,7 +21,7 @@
 #include "runtime.h"
 #include "sandbox.h"
 
-#define EXEC_CHUNK          (64 * 1024)
+#define EXEC_CHUNK          (256 * 1024) /* bytes per event; also the pipes' capacity */
 #define EXEC_KILL_GRACE_MS  10000
 #define EXEC_MAX_TIMEOUT_MS (600 * 1000)
 #define EXEC_MAX_ARGS       4096      /* command + args */

@@ -379,15 +379,12 @@ static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
         close_workspace(sb, &root);
         if (r < 0)
                 return -1;
-        /* The data moves to the arena so the response owns it until it is sent. */
-        if (rr.len) {
-                resp->data.data = rpc_call_alloc(call, rr.len);
-                memcpy(resp->data.data, rr.data, rr.len);
-        }
+        /* The response points at the data, freed once it has been sent: no copy. */
+        rpc_call_defer(call, free, rr.data);
+        resp->data.data = rr.data;
         resp->data.len = rr.len;
         resp->total_size = rr.total_size;
         resp->eof = rr.eof;
-        free(rr.data);
         return 0;
 }
 

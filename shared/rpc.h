@@ -3,8 +3,9 @@
  * Server: a table of methods (unary or server-streaming) with a handler each. Every accepted
  * call runs its handler on a thread of its own, so a handler is plain blocking code: it gets
  * the decoded request and returns a response or an error. A streaming handler sends with
- * rpc_call_send(), which blocks until the transport has taken the message: gRPC flow control
- * then holds back a producer that outruns its reader, and no queue grows without bound.
+ * rpc_call_send(), which blocks until the transport has taken the previous message: gRPC
+ * flow control then holds back a producer that outruns its reader, and no queue grows
+ * without bound.
  * Cancellation by the client and expiry of the deadline are seen at once (a
  * RECV_CLOSE_ON_SERVER op is kept pending from the start of every call) and reported through
  * rpc_call_cancelled(), rpc_call_cancel_fd() and failing sends.
@@ -31,6 +32,11 @@
  * the fields) needs far less than the 64 KiB on top. */
 #define RPC_DATA_MAX_BYTES    (16 * 1024 * 1024)
 #define RPC_MAX_MESSAGE_BYTES (RPC_DATA_MAX_BYTES + 64 * 1024)
+
+/* HTTP/2 sizing on every server and channel: frame size, and the bytes a stream may have in
+ * flight before its reader acknowledges them (per stream; flow control bounds the rest). */
+#define RPC_HTTP2_FRAME_BYTES  (1024 * 1024)
+#define RPC_HTTP2_WINDOW_BYTES (256 * 1024)
 
 /* Defaults for rpc_server_options. */
 #define RPC_DEFAULT_MAX_CALLS 256
@@ -129,14 +135,21 @@ int rpc_call_cancel_fd(const rpc_call *call);
  * (DEADLINE_EXCEEDED or CANCELLED). Only meaningful when rpc_call_cancelled(). */
 grpc_status_code rpc_call_cancel_status(rpc_call *call);
 
-/* Streaming handlers: sends one message and blocks until the transport has taken it.
- * Returns -1 with CANCELLED or DEADLINE_EXCEEDED when the call ended first, with
- * RESOURCE_EXHAUSTED when the message is over the size cap. The caller keeps `msg`. */
+/* Streaming handlers: sends one message. One message may be in flight per call: this first
+ * blocks until the transport has taken the previous one, so producing the next message
+ * overlaps sending this one, and a slow reader still holds the producer back (at most one
+ * encoded message waits in the layer). Returns -1 with CANCELLED or DEADLINE_EXCEEDED when
+ * the call ended first, with RESOURCE_EXHAUSTED when the message is over the size cap. The
+ * caller keeps `msg` (it is encoded before this returns). */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg, cs_error **err);
 
 /* Zeroed memory and string copies that live until the call ends. Never NULL. */
 void *rpc_call_alloc(rpc_call *call, size_t size);
 char *rpc_call_strdup(rpc_call *call, const char *s);
+
+/* For relays: answers a unary call with a message already encoded by someone else (e.g.
+ * read with rpc_unary_raw), instead of encoding `resp`. The call takes bb. */
+void rpc_call_respond_raw(rpc_call *call, grpc_byte_buffer *bb);
 
 /* Runs fn(arg) when the call ends (after the response is sent), e.g. to free a message the
  * response points into. From the handler's thread only. */
@@ -170,6 +183,11 @@ int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
               ProtobufCMessage **ret_resp, cs_error **err);
 
+/* rpc_unary, but the response is returned undecoded (the caller destroys *ret): for relays
+ * that pass a response on as it is. */
+int rpc_unary_raw(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                  const rpc_call_options *opts, grpc_byte_buffer **ret, cs_error **err);
+
 /* Starts a server-streaming call. The caller owns *ret and frees it with rpc_stream_free(). */
 int rpc_stream_open(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
@@ -187,7 +205,8 @@ void rpc_stream_cancel(rpc_stream *st);
 void rpc_stream_free(rpc_stream *st);
 
 /* Relays every message of `out` (a call opened with `in` as parent) to `in` until it ends.
- * `each`, when set, may edit a message before it is sent. Returns 0 when `out` ended with
+ * Without `each`, messages pass through undecoded; `each`, when set, may edit a decoded
+ * message before it is sent. Returns 0 when `out` ended with
  * OK, -1 with its status otherwise, or with the reason `in` could not take a message. */
 typedef void (*rpc_relay_fn)(ProtobufCMessage *msg, void *userdata);
 int rpc_stream_relay(rpc_call *in, rpc_stream *out, rpc_relay_fn each, void *userdata,

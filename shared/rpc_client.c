@@ -157,9 +157,8 @@ static void client_call_destroy(client_call *cc)
         grpc_slice_unref(cc->details);
 }
 
-int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
-              const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
-              ProtobufCMessage **ret_resp, cs_error **err)
+int rpc_unary_raw(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                  const rpc_call_options *opts, grpc_byte_buffer **ret, cs_error **err)
 {
         client_call cc;
         grpc_byte_buffer *resp = NULL;
@@ -185,11 +184,26 @@ int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                 cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: the server sent no response", method);
                 goto out;
         }
-        r = rpc_message_unpack(resp_desc, resp, "response", GRPC_STATUS_INTERNAL, ret_resp, err);
+        *ret = TAKE_PTR(resp);
+        r = 0;
 out:
         if (resp)
                 grpc_byte_buffer_destroy(resp);
         client_call_destroy(&cc);
+        return r;
+}
+
+int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
+              ProtobufCMessage **ret_resp, cs_error **err)
+{
+        grpc_byte_buffer *resp = NULL;
+        int r;
+
+        if (rpc_unary_raw(ch, method, req, opts, &resp, err) < 0)
+                return -1;
+        r = rpc_message_unpack(resp_desc, resp, "response", GRPC_STATUS_INTERNAL, ret_resp, err);
+        grpc_byte_buffer_destroy(resp);
         return r;
 }
 
@@ -256,23 +270,17 @@ fail:
         return -1;
 }
 
-int rpc_stream_read(rpc_stream *st, ProtobufCMessage **ret_msg, cs_error **err)
+int rpc_stream_read_raw(rpc_stream *st, grpc_byte_buffer **ret, cs_error **err)
 {
         grpc_op op = { .op = GRPC_OP_RECV_MESSAGE };
-        int r;
 
         if (!st->ended) {
                 op.data.recv_message.recv_message = &st->recv;
                 if (stream_start(st, TAG_RECV, &op, 1) == 0)
                         stream_wait(st, TAG_RECV);
                 if (st->recv) {
-                        r = rpc_message_unpack(st->resp_desc, st->recv, "response",
-                                               GRPC_STATUS_INTERNAL, ret_msg, err);
-                        grpc_byte_buffer_destroy(st->recv);
-                        st->recv = NULL;
-                        if (r < 0)
-                                rpc_stream_cancel(st);
-                        return r < 0 ? -1 : 1;
+                        *ret = TAKE_PTR(st->recv);
+                        return 1;
                 }
                 /* No message: the server has closed the stream. */
                 stream_wait(st, TAG_STATUS);
@@ -280,6 +288,22 @@ int rpc_stream_read(rpc_stream *st, ProtobufCMessage **ret_msg, cs_error **err)
                 st->ended = true;
         }
         return client_call_status(&st->cc, st->method, err);
+}
+
+int rpc_stream_read(rpc_stream *st, ProtobufCMessage **ret_msg, cs_error **err)
+{
+        grpc_byte_buffer *bb = NULL;
+        int r = rpc_stream_read_raw(st, &bb, err);
+
+        if (r <= 0)
+                return r;
+        r = rpc_message_unpack(st->resp_desc, bb, "response", GRPC_STATUS_INTERNAL, ret_msg, err);
+        grpc_byte_buffer_destroy(bb);
+        if (r < 0) {
+                rpc_stream_cancel(st);
+                return -1;
+        }
+        return 1;
 }
 
 void rpc_stream_cancel(rpc_stream *st)
@@ -302,17 +326,36 @@ void rpc_stream_free(rpc_stream *st)
         free(st);
 }
 
+/* Passes one message on without decoding it: no copy, no allocation per message. */
+static int relay_raw(rpc_call *in, rpc_stream *out, cs_error **err)
+{
+        for (;;) {
+                grpc_byte_buffer *bb = NULL;
+                int r = rpc_stream_read_raw(out, &bb, err);
+
+                if (r <= 0)
+                        return r;
+                r = rpc_call_send_raw(in, bb, err);
+                grpc_byte_buffer_destroy(bb);
+                if (r < 0) {
+                        rpc_stream_cancel(out);
+                        return -1;
+                }
+        }
+}
+
 int rpc_stream_relay(rpc_call *in, rpc_stream *out, rpc_relay_fn each, void *userdata,
                      cs_error **err)
 {
+        if (!each)
+                return relay_raw(in, out, err);
         for (;;) {
                 ProtobufCMessage *msg = NULL;
                 int r = rpc_stream_read(out, &msg, err);
 
                 if (r <= 0)
                         return r;
-                if (each)
-                        each(msg, userdata);
+                each(msg, userdata);
                 r = rpc_call_send(in, msg, err);
                 protobuf_c_message_free_unpacked(msg, NULL);
                 if (r < 0) {

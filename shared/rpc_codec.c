@@ -137,6 +137,19 @@ void rpc_size_args(grpc_arg args[RPC_N_SIZE_ARGS], int max_message)
         args[1] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
                               .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
                               .value.integer = max_message };
+        /* Bulk data (16 MiB file calls, exec output) moves in fewer, larger HTTP/2 frames
+         * (the default is 16 KiB) ... */
+        args[2] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                              .key = (char *)GRPC_ARG_HTTP2_MAX_FRAME_SIZE,
+                              .value.integer = RPC_HTTP2_FRAME_BYTES };
+        /* ... and a stream may have more in flight than the default 64 KiB window before the
+         * reader acknowledges it. Flow control still bounds what a slow reader costs. */
+        args[3] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                              .key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                              .value.integer = RPC_HTTP2_WINDOW_BYTES };
+        args[4] = (grpc_arg){ .type = GRPC_ARG_INTEGER,
+                              .key = (char *)GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE,
+                              .value.integer = RPC_HTTP2_WINDOW_BYTES };
 }
 
 int64_t rpc_deadline_remaining_ms(gpr_timespec deadline)

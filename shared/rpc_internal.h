@@ -24,8 +24,8 @@ int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer 
                        const char *what, grpc_status_code bad_code, ProtobufCMessage **ret,
                        cs_error **err);
 
-/* Channel/server arguments shared by both sides: message size caps. */
-#define RPC_N_SIZE_ARGS 2
+/* Channel/server arguments shared by both sides: message size caps and HTTP/2 sizing. */
+#define RPC_N_SIZE_ARGS 5
 void rpc_size_args(grpc_arg args[RPC_N_SIZE_ARGS], int max_message);
 
 /* Milliseconds from now until a gpr deadline (any clock); INT64_MAX for an infinite one. */
@@ -36,6 +36,14 @@ gpr_timespec rpc_deadline_from_timeout(int64_t timeout_ms);
 
 /* True if s may be used as a request id (printable ASCII, 1..RPC_REQUEST_ID_MAX chars). */
 bool rpc_request_id_valid(const char *s, size_t len);
+
+/* Sends an already encoded message (the caller keeps bb): rpc_call_send without the
+ * encoding, for relays. */
+int rpc_call_send_raw(rpc_call *call, grpc_byte_buffer *bb, cs_error **err);
+
+/* Reads the next message without decoding it: 1 with *ret (the caller destroys it), 0 at a
+ * clean end, -1 with the status. */
+int rpc_stream_read_raw(rpc_stream *st, grpc_byte_buffer **ret, cs_error **err);
 
 /* The server call behind a handler's rpc_call, for parent propagation. */
 grpc_call *rpc_call_grpc(rpc_call *call);

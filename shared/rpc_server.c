@@ -100,6 +100,8 @@ struct rpc_call {
         rpc_tag send_tag;
         bool send_done;
         bool send_ok;
+        grpc_byte_buffer *in_flight; /* the message whose send has not completed yet */
+        grpc_byte_buffer *raw_resp;  /* rpc_call_respond_raw: the unary response as is */
         bool initial_md_sent;
         grpc_metadata initial_md[1];
         grpc_slice status_details;
@@ -185,6 +187,13 @@ void *rpc_call_alloc(rpc_call *c, size_t size)
         return b->data;
 }
 
+void rpc_call_respond_raw(rpc_call *c, grpc_byte_buffer *bb)
+{
+        if (c->raw_resp)
+                grpc_byte_buffer_destroy(c->raw_resp);
+        c->raw_resp = bb;
+}
+
 void rpc_call_defer(rpc_call *c, void (*fn)(void *), void *arg)
 {
         arena_block *b = cs_xcalloc(1, sizeof(*b));
@@ -226,6 +235,10 @@ static void call_free(rpc_call *c)
                 free(c->arena);
                 c->arena = next;
         }
+        if (c->in_flight)
+                grpc_byte_buffer_destroy(c->in_flight);
+        if (c->raw_resp)
+                grpc_byte_buffer_destroy(c->raw_resp);
         grpc_call_unref(c->call);
         grpc_metadata_array_destroy(&c->md);
         if (c->payload)
@@ -303,36 +316,54 @@ static size_t add_initial_metadata(rpc_call *c, grpc_op *ops)
         return 1;
 }
 
-/* Starts a batch on the handler thread and waits for it. Returns whether it succeeded. */
-static bool call_run_batch(rpc_call *c, const grpc_op *ops, size_t n)
+/* Starts a batch on the handler thread. Returns whether it was started. */
+static bool call_start_batch(rpc_call *c, const grpc_op *ops, size_t n)
 {
         grpc_call_error e;
-        bool ok;
 
         pthread_mutex_lock(&c->lock);
         c->send_done = false;
         pthread_mutex_unlock(&c->lock);
-
         e = grpc_call_start_batch(c->call, ops, n, &c->send_tag, NULL);
         if (e != GRPC_CALL_OK) {
                 rpc_call_log(c, CS_LOG_ERROR, "%s: grpc_call_start_batch: %s", c->method->path,
                              grpc_call_error_to_string(e));
+                pthread_mutex_lock(&c->lock);
+                c->send_done = true;
+                c->send_ok = false;
+                pthread_mutex_unlock(&c->lock);
                 return false;
         }
+        return true;
+}
+
+/* Waits for the batch started last, if any, and releases its message. Returns whether it
+ * succeeded. */
+static bool call_wait_batch(rpc_call *c)
+{
+        bool ok;
+
         pthread_mutex_lock(&c->lock);
         while (!c->send_done)
                 pthread_cond_wait(&c->cond, &c->lock);
         ok = c->send_ok;
         pthread_mutex_unlock(&c->lock);
+        if (c->in_flight) {
+                grpc_byte_buffer_destroy(c->in_flight);
+                c->in_flight = NULL;
+        }
         return ok;
 }
 
-/* Sends the final status (plus the response, for a unary call that succeeded). */
+/* Sends the final status (plus the response, for a unary call that succeeded), after any
+ * message still in flight. */
 static void call_finish(rpc_call *c, grpc_byte_buffer *resp, const cs_error *err)
 {
         grpc_op ops[3];
-        size_t n = add_initial_metadata(c, ops);
+        size_t n;
 
+        call_wait_batch(c);
+        n = add_initial_metadata(c, ops);
         if (resp) {
                 ops[n] = (grpc_op){ .op = GRPC_OP_SEND_MESSAGE };
                 ops[n++].data.send_message.send_message = resp;
@@ -341,7 +372,8 @@ static void call_finish(rpc_call *c, grpc_byte_buffer *resp, const cs_error *err
         ops[n] = (grpc_op){ .op = GRPC_OP_SEND_STATUS_FROM_SERVER };
         ops[n].data.send_status_from_server.status = err ? err->code : GRPC_STATUS_OK;
         ops[n++].data.send_status_from_server.status_details = &c->status_details;
-        call_run_batch(c, ops, n);
+        if (call_start_batch(c, ops, n))
+                call_wait_batch(c);
 }
 
 /* The error for a call that ended before the handler was done with it. */
@@ -355,25 +387,42 @@ static int call_ended_error(rpc_call *c, cs_error **err)
                                     : "call cancelled (by the client, or at shutdown)");
 }
 
+/* Sends bb, which the call now owns. One message may be in flight: this waits for the
+ * previous one first, so that reading the next message overlaps sending this one while a
+ * slow reader still holds the sender back. */
+static int call_send_owned(rpc_call *c, grpc_byte_buffer *bb, cs_error **err)
+{
+        grpc_op ops[2];
+        size_t n;
+
+        if (!call_wait_batch(c) || rpc_call_cancelled(c)) {
+                grpc_byte_buffer_destroy(bb);
+                return call_ended_error(c, err);
+        }
+        n = add_initial_metadata(c, ops);
+        ops[n] = (grpc_op){ .op = GRPC_OP_SEND_MESSAGE };
+        ops[n++].data.send_message.send_message = bb;
+        c->in_flight = bb;
+        if (!call_start_batch(c, ops, n))
+                return call_ended_error(c, err);
+        return 0;
+}
+
+int rpc_call_send_raw(rpc_call *c, grpc_byte_buffer *bb, cs_error **err)
+{
+        /* A copy shares bb's slices (reference counts, no data copied). */
+        return call_send_owned(c, grpc_byte_buffer_copy(bb), err);
+}
+
 int rpc_call_send(rpc_call *c, const ProtobufCMessage *msg, cs_error **err)
 {
         grpc_byte_buffer *bb = NULL;
-        grpc_op ops[2];
-        size_t n;
-        bool ok;
 
         if (rpc_call_cancelled(c))
                 return call_ended_error(c, err);
         if (rpc_message_pack(msg, (size_t)c->srv->max_message, &bb, err) < 0)
                 return -1;
-        n = add_initial_metadata(c, ops);
-        ops[n] = (grpc_op){ .op = GRPC_OP_SEND_MESSAGE };
-        ops[n++].data.send_message.send_message = bb;
-        ok = call_run_batch(c, ops, n);
-        grpc_byte_buffer_destroy(bb);
-        if (!ok)
-                return call_ended_error(c, err);
-        return 0;
+        return call_send_owned(c, bb, err);
 }
 
 /* --- handler thread -------------------------------------------------------------------- */
@@ -406,7 +455,9 @@ static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
                 resp = rpc_call_alloc(c, m->response->sizeof_message);
                 protobuf_c_message_init(m->response, resp);
                 r = m->unary(c, req, resp, m->userdata, err);
-                if (r == 0)
+                if (r == 0 && c->raw_resp)
+                        bb = TAKE_PTR(c->raw_resp);
+                else if (r == 0)
                         rpc_message_pack(resp, (size_t)c->srv->max_message, &bb, err);
         }
         if (r < 0 && err && !*err)
@@ -484,6 +535,8 @@ static rpc_call *call_new(srv_method *sm)
         pthread_cond_init(&c->cond, NULL);
         c->close_tag = (rpc_tag){ .fn = on_close, .owner = c };
         c->send_tag = (rpc_tag){ .fn = on_send, .owner = c };
+        c->send_done = true; /* no batch started yet */
+        c->send_ok = true;
         c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (c->cancel_fd < 0)
                 abort(); /* only fails when out of fds or memory; nothing sane is left */

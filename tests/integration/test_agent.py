@@ -135,7 +135,7 @@ class AgentTest(unittest.TestCase):
         self.assertEqual(len(out), size)
         sha, _, _, _ = self.exec("sha256sum", "/workspace/big.bin")
         self.assertEqual(sha.split()[0].decode(), hashlib.sha256(out).hexdigest())
-        self.assertLessEqual(max(len(e.stdout.data) for e in events[:-1]), 64 * 1024)
+        self.assertLessEqual(max(len(e.stdout.data) for e in events[:-1]), 256 * 1024)
         rss = self.agent.rss_peak_kib()
         print(f"\nagent peak RSS after streaming 100 MiB: {rss / 1024:.1f} MiB "
               f"({len(events)} events)", file=sys.stderr)
