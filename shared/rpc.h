@@ -36,7 +36,7 @@
 /* HTTP/2 sizing on every server and channel: frame size, and the bytes a stream may have in
  * flight before its reader acknowledges them (per stream; flow control bounds the rest). */
 #define RPC_HTTP2_FRAME_BYTES  (1024 * 1024)
-#define RPC_HTTP2_WINDOW_BYTES (256 * 1024)
+#define RPC_HTTP2_WINDOW_BYTES (1024 * 1024)
 
 /* Defaults for rpc_server_options. */
 #define RPC_DEFAULT_MAX_CALLS 256

@@ -25,7 +25,7 @@ int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer 
                        cs_error **err);
 
 /* Channel/server arguments shared by both sides: message size caps and HTTP/2 sizing. */
-#define RPC_N_SIZE_ARGS 5
+#define RPC_N_SIZE_ARGS 6
 void rpc_size_args(grpc_arg args[RPC_N_SIZE_ARGS], int max_message);
 
 /* Milliseconds from now until a gpr deadline (any clock); INT64_MAX for an infinite one. */
