@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,16 +18,26 @@
 
 #include "util.h"
 
-/* In the child: never returns. Only async-signal-safe calls. */
-static void child_exec(char *const argv[], const proc_spawn_opts *opts, pid_t parent)
+/* What the child needs; it lives on the parent's stack, which the child shares (CLONE_VM)
+ * while the parent is suspended (CLONE_VFORK). */
+typedef struct child_args {
+        char *const *argv;
+        const proc_spawn_opts *opts;
+        pid_t parent;
+} child_args;
+
+/* In the child: never returns. Only async-signal-safe calls, and no writes to memory but its
+ * own stack: it shares the parent's address space until execvp. */
+static int child_exec(void *arg)
 {
-        int fds[3] = { opts->stdin_fd, opts->stdout_fd, opts->stderr_fd };
+        const child_args *a = arg;
+        int fds[3] = { a->opts->stdin_fd, a->opts->stdout_fd, a->opts->stderr_fd };
         sigset_t none;
         int devnull = -1;
 
-        if (opts->die_with_parent) {
+        if (a->opts->die_with_parent) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (getppid() != parent)
+                if (getppid() != a->parent)
                         _exit(127);
         }
         for (int i = 0; i < 3; i++) {
@@ -45,23 +57,36 @@ static void child_exec(char *const argv[], const proc_spawn_opts *opts, pid_t pa
                         _exit(127);
         }
         syscall(SYS_close_range, 3, ~0U, 0);
+        /* Without CLONE_SIGHAND the child has its own copy of the dispositions. */
         for (int sig = 1; sig < NSIG; sig++)
                 signal(sig, SIG_DFL);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        execvp(argv[0], argv);
+        execvp(a->argv[0], a->argv);
         _exit(127);
 }
 
+/* The child's stack while it sets up and execs: small and short-lived. */
+#define CHILD_STACK_BYTES (64 * 1024)
+
 int proc_spawn(char *const argv[], const proc_spawn_opts *opts, pid_t *ret_pid, cs_error **err)
 {
-        pid_t parent = getpid();
-        pid_t pid = fork();
+        child_args a = { .argv = argv, .opts = opts, .parent = getpid() };
+        void *stack;
+        pid_t pid;
 
+        /* clone(CLONE_VM | CLONE_VFORK) rather than fork(): no copy of the agent's page
+         * tables and no copy-on-write faults afterwards (what posix_spawn does inside; it
+         * cannot set the parent-death signal). The parent waits until the child execs. */
+        stack = mmap(NULL, CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack == MAP_FAILED)
+                return cs_error_errno(err, errno, "cannot start %s", argv[0]);
+        pid = clone(child_exec, (char *)stack + CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                    &a);
+        munmap(stack, CHILD_STACK_BYTES);
         if (pid < 0)
                 return cs_error_errno(err, errno, "cannot start %s", argv[0]);
-        if (pid == 0)
-                child_exec(argv, opts, parent);
         *ret_pid = pid;
         return 0;
 }

@@ -53,7 +53,8 @@ typedef struct cs_daemon_config {
                         &(cfg).log_format, 0, 0                                                    \
         }
 
-/* Applies the logging options. -1 with *err on an unknown level or format. */
+/* Applies the logging options (and the servers' malloc tuning). -1 with *err on an unknown
+ * level or format. */
 int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err);
 
 /* Creates the server for cfg with health checks for `services` (NULL-terminated). */
