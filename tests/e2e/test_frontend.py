@@ -282,7 +282,7 @@ class FrontendTest(unittest.TestCase):
         for sid in sids:
             self.assertEqual(self.c.describe(sid).status, self.c.pb.SANDBOX_STATUS_DESTROYED)
         # Nothing left behind: containers, sandbox processes, frontend fds and threads.
-        live = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-q"],
+        live = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-quiet"],
                               capture_output=True, text=True).stdout.split()
         self.assertEqual([cid for cid in live if cid[3:] in sids], [])
         time.sleep(1)

@@ -97,7 +97,7 @@ class AgentProcess:
             rc = self.stop()
             # Anything left in runsc's root (a test's stray container) goes too.
             if os.path.isdir(self.runsc_root):
-                out = subprocess.run(["runsc", "--root", self.runsc_root, "list", "-q"],
+                out = subprocess.run(["runsc", "--root", self.runsc_root, "list", "-quiet"],
                                      capture_output=True, text=True).stdout.split()
                 for cid in out:
                     subprocess.run(["runsc", "--root", self.runsc_root, "delete", "-force", cid],

@@ -420,7 +420,7 @@ class AgentLifecycleTest(unittest.TestCase):
                                     timeout=10).data, b"precious\n")
         out, _, _, _ = c.exec(sid, "echo", "still usable")
         self.assertEqual(out, b"still usable\n")
-        listed = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-q"],
+        listed = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-quiet"],
                                 capture_output=True, text=True).stdout.split()
         self.assertNotIn(stray, listed)
         self.assertIn(f"{stray} has no sandbox record", self.agent.log())
