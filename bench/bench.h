@@ -220,8 +220,6 @@ uint64_t host_rss(pid_t pid);
 void host_reset_peak_rss(pid_t pid);
 
 /* write(2)/read(2) loops. */
-int host_write_all(int fd, const uint8_t *p, size_t len);
-ssize_t host_read_full(int fd, uint8_t *p, size_t len);
 
 /* Fills buf with a deterministic pseudo-random pattern (incompressible, verifiable). */
 void host_fill_pattern(uint8_t *buf, size_t len, uint64_t seed);

@@ -177,7 +177,7 @@ static int read_small(const char *path, char *buf, size_t size, cs_error **err)
 
         if (fd < 0)
                 return cs_error_errno(err, errno, "cannot open %s", path);
-        n = host_read_full(fd, (uint8_t *)buf, size - 1);
+        n = cs_read_full(fd, (uint8_t *)buf, size - 1);
         if (n < 0)
                 return cs_error_errno(err, errno, "cannot read %s", path);
         buf[n] = '\0';
@@ -243,41 +243,6 @@ void host_reset_peak_rss(pid_t pid)
 
         if (fd >= 0 && write(fd, "5", 1) < 0)
                 return;
-}
-
-int host_write_all(int fd, const uint8_t *p, size_t len)
-{
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                p += n;
-                len -= (size_t)n;
-        }
-        return 0;
-}
-
-ssize_t host_read_full(int fd, uint8_t *p, size_t len)
-{
-        size_t got = 0;
-
-        while (got < len) {
-                ssize_t n = read(fd, p + got, len - got);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                if (n == 0)
-                        break;
-                got += (size_t)n;
-        }
-        return (ssize_t)got;
 }
 
 /* xorshift64*: fast, and the same bytes for the same seed on both sides of a comparison. */

@@ -98,8 +98,8 @@ static int direct_file(conc_worker *w, const char *path, bool write_it, cs_error
 
         if (fd < 0)
                 return cs_error_errno(err, errno, "cannot open %s", path);
-        if (write_it ? host_write_all(fd, w->data, len) < 0
-                     : host_read_full(fd, w->back, len) != (ssize_t)len)
+        if (write_it ? cs_write_all(fd, w->data, len) < 0
+                     : cs_read_full(fd, w->back, len) != (ssize_t)len)
                 return cs_error_errno(err, errno ? errno : EIO, "%s", path);
         return 0;
 }

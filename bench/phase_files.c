@@ -99,7 +99,7 @@ static int direct_write_run(files_ctx *f, double *ret_mbps, cs_error **err)
         if (fd < 0)
                 return cs_error_errno(err, errno, "cannot create %s/%s", f->ws, DIRECT_FILE);
         for (uint64_t off = 0; off < f->b->sz.file_bytes; off += BENCH_FILE_CHUNK) {
-                if (host_write_all(fd, f->src, chunk_at(f, off)) < 0) {
+                if (cs_write_all(fd, f->src, chunk_at(f, off)) < 0) {
                         int e = errno;
                         close(fd);
                         return cs_error_errno(err, e, "write %s", DIRECT_FILE);
@@ -123,7 +123,7 @@ static int direct_read_run(files_ctx *f, double *ret_mbps, cs_error **err)
                 ssize_t got;
 
                 t0 = bench_now_ns();
-                got = host_read_full(fd, f->dst, want);
+                got = cs_read_full(fd, f->dst, want);
                 ms += bench_ms_since(t0);
                 if (got != (ssize_t)want || memcmp(f->dst, f->src, want) != 0)
                         return cs_error_set(err, GRPC_STATUS_DATA_LOSS,
@@ -206,7 +206,7 @@ static int execio_check(files_ctx *f, const char *name, const uint8_t *expect, u
 
         if (fd < 0)
                 return cs_error_errno(err, errno, "cannot open %s", name);
-        n = host_read_full(fd, got, len + 1);
+        n = cs_read_full(fd, got, len + 1);
         if (n != (ssize_t)len || memcmp(got, expect, len) != 0)
                 return cs_error_set(err, GRPC_STATUS_DATA_LOSS,
                                     "exec-based write: the file does not hold the bytes sent");

@@ -3,7 +3,7 @@
  * computectl.c   main, global options, command table, help, signals
  * args.c         table-driven option parsing and value parsers
  * json.c         a small JSON writer (json.h)
- * format.c       times, sizes, durations, usage metrics; write_all()
+ * format.c       times, sizes, durations, usage metrics
  * cmd_sandbox.c  create, describe, destroy
  * cmd_exec.c     exec
  * cmd_files.c    cp, ls
@@ -138,7 +138,6 @@ int cli_signals_received(void);                /* the first signal's number, 0 i
 #define CLI_FMT_MAX 64
 
 /* Writes all of buf to fd, retrying on EINTR and short writes. 0, or -1 with errno. */
-int write_all(int fd, const void *buf, size_t len);
 
 /* RFC 3339 in UTC with milliseconds ("2026-12-02T08:37:19.123Z"); "" for an unset one. */
 const char *fmt_timestamp(const Google__Protobuf__Timestamp *ts, char buf[static CLI_FMT_MAX]);

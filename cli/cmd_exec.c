@@ -207,13 +207,13 @@ static int exec_event(const cli_ctx *ctx, const Compute__V1__ExecEvent *ev, exec
                         return 0;
                 json_completed(&j, ev);
                 json_newline(&j);
-                return write_all(STDOUT_FILENO, j.buf, j.len);
+                return cs_write_all(STDOUT_FILENO, j.buf, j.len);
         default:
                 return 0; /* an event kind newer than this client */
         }
         if (!ctx->json) {
                 /* Our stderr going away is no reason to stop the command: only stdout is. */
-                if (write_all(fd, data->data, data->len) < 0 && fd == STDOUT_FILENO)
+                if (cs_write_all(fd, data->data, data->len) < 0 && fd == STDOUT_FILENO)
                         return -1;
                 return 0;
         }
@@ -222,7 +222,7 @@ static int exec_event(const cli_ctx *ctx, const Compute__V1__ExecEvent *ev, exec
         json_base64(&j, data->data, data->len);
         json_object_end(&j);
         json_newline(&j);
-        return write_all(STDOUT_FILENO, j.buf, j.len);
+        return cs_write_all(STDOUT_FILENO, j.buf, j.len);
 }
 
 /* Reads the stream to its end. Returns -2 with *ret_errno when writing stdout failed (the
@@ -258,7 +258,7 @@ static int exec_interrupted(const cli_ctx *ctx, int signo)
                 json_kv_i64(&j, "signal", signo);
                 json_object_end(&j);
                 json_newline(&j);
-                (void)write_all(STDOUT_FILENO, j.buf, j.len);
+                (void)cs_write_all(STDOUT_FILENO, j.buf, j.len);
         }
         fprintf(stderr, CLI_NAME ": interrupted by %s: the remote command was cancelled\n",
                 signal_name(signo, b));

@@ -60,7 +60,7 @@ static void progress_draw(progress *p, bool force)
                              done, rate);
         }
         len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
-        (void)write_all(STDERR_FILENO, line, len);
+        (void)cs_write_all(STDERR_FILENO, line, len);
 }
 
 /* The bar shows on a terminal only, never with --json or --quiet. */
@@ -84,7 +84,7 @@ static void progress_end(progress *p, bool ok)
                 return;
         if (ok)
                 progress_draw(p, true);
-        (void)write_all(STDERR_FILENO, "\n", 1);
+        (void)cs_write_all(STDERR_FILENO, "\n", 1);
         cli_signals_set_progress(false);
         p->on = false;
 }
@@ -133,26 +133,6 @@ static const char *base_name(const char *path)
         return slash ? slash + 1 : path;
 }
 
-/* Reads until buf is full or the input ends. Returns the count, or -1 with errno. */
-static ssize_t read_full(int fd, uint8_t *buf, size_t size)
-{
-        size_t got = 0;
-
-        while (got < size) {
-                ssize_t n = read(fd, buf + got, size - got);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                if (n == 0)
-                        break;
-                got += (size_t)n;
-        }
-        return (ssize_t)got;
-}
-
 static int cp_summary(const cli_ctx *ctx, const char *src, const char *dst, uint64_t bytes,
                       bool to_stderr)
 {
@@ -168,7 +148,7 @@ static int cp_summary(const cli_ctx *ctx, const char *src, const char *dst, uint
         if (!to_stderr)
                 return json_print(&j);
         json_newline(&j);
-        (void)write_all(STDERR_FILENO, j.buf, j.len);
+        (void)cs_write_all(STDERR_FILENO, j.buf, j.len);
         return CLI_EXIT_OK;
 }
 
@@ -247,7 +227,7 @@ static int cp_upload(cli_ctx *ctx, const cp_state *s, const char *src, const cha
         buf = cs_xmalloc(CLI_CHUNK_BYTES);
         progress_start(&prog, !ctx->json && !s->quiet, src, total);
         for (bool first = true;; first = false) {
-                ssize_t n = read_full(fd, buf, CLI_CHUNK_BYTES);
+                ssize_t n = cs_read_full(fd, buf, CLI_CHUNK_BYTES);
 
                 if (n < 0) {
                         cs_error_errno(&err, errno, "cannot read '%s'", src);
@@ -308,7 +288,7 @@ static int download_to(cli_ctx *ctx, const char *id, const char *rpath, int fd, 
                         return -1;
                 resp = (const Compute__V1__ReadFileResponse *)msg;
                 prog->total = resp->total_size;
-                if (resp->data.len > 0 && write_all(fd, resp->data.data, resp->data.len) < 0)
+                if (resp->data.len > 0 && cs_write_all(fd, resp->data.data, resp->data.len) < 0)
                         return cs_error_errno(err, errno, "cannot write '%s'", local);
                 prog->done += resp->data.len;
                 progress_draw(prog, false);

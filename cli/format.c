@@ -13,24 +13,6 @@
  * "network_ingress_bytes:", and a space. */
 #define KV_KEY_WIDTH 23
 
-int write_all(int fd, const void *buf, size_t len)
-{
-        const char *p = buf;
-
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                p += n;
-                len -= (size_t)n;
-        }
-        return 0;
-}
-
 const char *fmt_timestamp(const Google__Protobuf__Timestamp *ts, char buf[static CLI_FMT_MAX])
 {
         time_t secs;
@@ -188,7 +170,7 @@ void json_kv_timestamp(json_writer *j, const char *key, const Google__Protobuf__
 int json_print(json_writer *j)
 {
         json_newline(j);
-        if (write_all(STDOUT_FILENO, j->buf, j->len) < 0) {
+        if (cs_write_all(STDOUT_FILENO, j->buf, j->len) < 0) {
                 cs_error e = { .code = cs_errno_to_status(errno), .msg = NULL };
                 _cleanup_free_ char *msg = cs_xasprintf("stdout: %s", strerror(errno));
 

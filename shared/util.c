@@ -59,3 +59,41 @@ int64_t cs_now_realtime_ms(void)
 {
         return clock_ms(CLOCK_REALTIME);
 }
+
+int cs_write_all(int fd, const void *buf, size_t len)
+{
+        const char *p = buf;
+
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+ssize_t cs_read_full(int fd, void *buf, size_t len)
+{
+        char *p = buf;
+        size_t got = 0;
+
+        while (got < len) {
+                ssize_t n = read(fd, p + got, len - got);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                if (n == 0)
+                        break;
+                got += (size_t)n;
+        }
+        return (ssize_t)got;
+}

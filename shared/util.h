@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #define _cleanup_(f)    __attribute__((cleanup(f)))
@@ -48,6 +49,12 @@ void *cs_xmalloc(size_t n);
 void *cs_xcalloc(size_t n, size_t size);
 char *cs_xstrdup(const char *s);
 char *cs_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Writes all of buf (retrying short writes and EINTR). 0, or -1 with errno. */
+int cs_write_all(int fd, const void *buf, size_t len);
+
+/* Reads until buf is full or the input ends (retrying EINTR). The count, or -1 with errno. */
+ssize_t cs_read_full(int fd, void *buf, size_t len);
 
 /* Milliseconds on the monotonic clock and on the wall clock. */
 int64_t cs_now_monotonic_ms(void);
