@@ -406,6 +406,15 @@ class AgentLifecycleTest(unittest.TestCase):
         call = c.ExecStream(c.pb.ExecRequest(ref=c.ref(sid), command="sh", args=[
             "-c", "echo started; exec sleep 4567"]), timeout=60)
         self.assertEqual(next(call).stdout.data, b"started\n")
+        # runsc records the in-sandbox pid just after starting the process: wait for that
+        # record (an agent killed before it exists cannot find the exec again; see
+        # docs/nodeagent.md, "Restarts").
+        sbdir = os.path.join(self.agent.state, "state", "sandboxes", sid)
+        deadline = time.monotonic() + 10
+        while not any(f.startswith("exec-") and f.endswith(".pid") and
+                      os.path.getsize(os.path.join(sbdir, f)) > 0 for f in os.listdir(sbdir)):
+            self.assertLess(time.monotonic(), deadline, "runsc never wrote the exec's pid")
+            time.sleep(0.02)
         self.agent.stop(signal.SIGKILL)
         self.assertEqual(code_of(lambda: list(call)), grpc.StatusCode.UNAVAILABLE)
 
@@ -415,7 +424,12 @@ class AgentLifecycleTest(unittest.TestCase):
         sb = self.agent.status(sid)
         self.assertEqual(sb.status, c.cpb.SANDBOX_STATUS_READY)
         self.assertGreaterEqual(sb.usage.cpu_ms, before.cpu_ms)
-        self.assertFalse([p for p in self.agent.processes(sid) if "sleep 4567" in p])
+        self.assertIn("left by the agent's previous run", self.agent.log())
+        # The kill reaches the process asynchronously inside gVisor: wait for it, bounded.
+        deadline = time.monotonic() + 15
+        while [p for p in self.agent.processes(sid) if "sleep 4567" in p]:
+            self.assertLess(time.monotonic(), deadline, "the orphaned exec survived")
+            time.sleep(0.2)
         self.assertEqual(c.ReadFile(c.pb.ReadFileRequest(ref=c.ref(sid), path="p"),
                                     timeout=10).data, b"precious\n")
         out, _, _, _ = c.exec(sid, "echo", "still usable")
