@@ -129,11 +129,15 @@ static void map_forget_locked(local *l, const char *id)
 
 /* --- talking to agents ----------------------------------------------------------------- */
 
-static int agent_call(local *l, int idx, const char *method, const ProtobufCMessage *req,
-                      const ProtobufCMessageDescriptor *resp_desc, rpc_call *parent,
-                      ProtobufCMessage **ret, cs_error **err)
+/* Health checks and listings must not hold the poller for a whole call timeout when an
+ * agent hangs rather than refuses. */
+#define POLL_TIMEOUT_MS 5000
+
+static int agent_call_timeout(local *l, int idx, const char *method, const ProtobufCMessage *req,
+                              const ProtobufCMessageDescriptor *resp_desc, rpc_call *parent,
+                              int64_t timeout_ms, ProtobufCMessage **ret, cs_error **err)
 {
-        rpc_call_options opts = { .timeout_ms = l->cfg.agent_timeout_ms, .parent = parent };
+        rpc_call_options opts = { .timeout_ms = timeout_ms, .parent = parent };
         int r = rpc_unary(l->agents[idx].ch, method, req, resp_desc, &opts, ret, err);
 
         if (r < 0 && (*err)->code == GRPC_STATUS_UNAVAILABLE) {
@@ -143,6 +147,14 @@ static int agent_call(local *l, int idx, const char *method, const ProtobufCMess
                 cs_error_prefix(err, "node agent %s", l->agents[idx].addr);
         }
         return r;
+}
+
+static int agent_call(local *l, int idx, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, rpc_call *parent,
+                      ProtobufCMessage **ret, cs_error **err)
+{
+        return agent_call_timeout(l, idx, method, req, resp_desc, parent, l->cfg.agent_timeout_ms,
+                                  ret, err);
 }
 
 /* Lists every sandbox an agent holds (destroyed ones too) into the map. */
@@ -157,9 +169,9 @@ static int agent_list(local *l, int idx, cs_error **err)
 
                 req.include_destroyed = true;
                 req.page_token = token;
-                if (agent_call(l, idx, NA("ListSandboxes"), &req.base,
-                               &nodeagent__v1__list_sandboxes_response__descriptor, NULL,
-                               (ProtobufCMessage **)&resp, err) < 0)
+                if (agent_call_timeout(l, idx, NA("ListSandboxes"), &req.base,
+                                       &nodeagent__v1__list_sandboxes_response__descriptor, NULL,
+                                       POLL_TIMEOUT_MS, (ProtobufCMessage **)&resp, err) < 0)
                         return -1;
                 pthread_mutex_lock(&l->lock);
                 for (size_t i = 0; i < resp->n_sandboxes; i++)
@@ -180,11 +192,13 @@ static void agent_poll(local *l, int idx)
         cs_error *err = NULL;
         bool was, listed = false;
 
-        if (agent_call(l, idx, NA("GetAgentInfo"), &req.base,
-                       &nodeagent__v1__get_agent_info_response__descriptor, NULL,
-                       (ProtobufCMessage **)&resp, &err) < 0) {
+        pthread_mutex_lock(&l->lock);
+        was = l->agents[idx].healthy;
+        pthread_mutex_unlock(&l->lock);
+        if (agent_call_timeout(l, idx, NA("GetAgentInfo"), &req.base,
+                               &nodeagent__v1__get_agent_info_response__descriptor, NULL,
+                               POLL_TIMEOUT_MS, (ProtobufCMessage **)&resp, &err) < 0) {
                 pthread_mutex_lock(&l->lock);
-                was = l->agents[idx].healthy;
                 l->agents[idx].healthy = false;
                 pthread_mutex_unlock(&l->lock);
                 if (was)
@@ -193,7 +207,6 @@ static void agent_poll(local *l, int idx)
                 return;
         }
         pthread_mutex_lock(&l->lock);
-        was = l->agents[idx].healthy;
         l->agents[idx].live = resp->sandboxes_live;
         pthread_mutex_unlock(&l->lock);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
