@@ -26,9 +26,21 @@ typedef struct child_args {
         pid_t parent;
 } child_args;
 
+/* The child runs on a stack the sanitizers know nothing about, in the parent's address
+ * space: instrumented frames would poison shadow memory the parent later trips over. So the
+ * child is not instrumented (it only calls libc), and the parent unpoisons its stack. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define CHILD_NO_SANITIZE          __attribute__((no_sanitize("address", "undefined")))
+#define CHILD_STACK_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define CHILD_NO_SANITIZE
+#define CHILD_STACK_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /* In the child: never returns. Only async-signal-safe calls, and no writes to memory but its
  * own stack: it shares the parent's address space until execvp. */
-static int child_exec(void *arg)
+CHILD_NO_SANITIZE static int child_exec(void *arg)
 {
         const child_args *a = arg;
         int fds[3] = { a->opts->stdin_fd, a->opts->stdout_fd, a->opts->stderr_fd };
@@ -84,6 +96,7 @@ int proc_spawn(char *const argv[], const proc_spawn_opts *opts, pid_t *ret_pid, 
                 return cs_error_errno(err, errno, "cannot start %s", argv[0]);
         pid = clone(child_exec, (char *)stack + CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD,
                     &a);
+        CHILD_STACK_UNPOISON(stack, CHILD_STACK_BYTES);
         munmap(stack, CHILD_STACK_BYTES);
         if (pid < 0)
                 return cs_error_errno(err, errno, "cannot start %s", argv[0]);
