@@ -200,23 +200,16 @@ static void *terminator_main(void *arg)
                         cs_error_freep(&err);
                 __atomic_store_n(&t->last_sig, SIGKILL, __ATOMIC_SEQ_CST);
         }
-        /* Whatever the exec started and is still there goes too. */
-        for (size_t i = 0; i < n; i++) {
-                bool descendant = procs[i].pid == pid;
-                for (int up = procs[i].ppid, hops = 0; !descendant && up > 1 && hops < 64; hops++) {
-                        descendant = up == pid;
-                        for (size_t j = 0; j < n && !descendant; j++) {
-                                if (procs[j].pid == up) {
-                                        up = procs[j].ppid;
-                                        break;
-                                }
-                        }
-                        if (!descendant && up == procs[i].ppid)
-                                break;
+        /* Whatever the exec started and is still there goes too: its descendants as they
+         * were before the SIGTERM (orphans have been reparented since). */
+        {
+                _cleanup_free_ int *desc = NULL;
+                size_t nd = rt_descendants(procs, n, pid, &desc);
+
+                for (size_t i = 0; i < nd; i++) {
+                        if (t->rt->ops->signal(t->rt, t->container_id, desc[i], SIGKILL, &err) < 0)
+                                cs_error_freep(&err);
                 }
-                if (descendant && procs[i].pid != pid &&
-                    t->rt->ops->signal(t->rt, t->container_id, procs[i].pid, SIGKILL, &err) < 0)
-                        cs_error_freep(&err);
         }
         free(procs);
         return NULL;

@@ -97,6 +97,10 @@ runtime *runtime_runsc_new(const runsc_config *cfg, cs_error **err);
 int rt_exec_internal_pid(const rt_exec *ex);
 void rt_exec_free(rt_exec *ex);
 
+/* The pids of pid's descendants in procs, found by parent links (pid itself excluded).
+ * Returns how many; *ret is malloc'd (the caller frees it). */
+size_t rt_descendants(const rt_proc *procs, size_t n, int pid, int **ret);
+
 /* Kills pid and every descendant of it (by parent links) in the container with sig.
  * Returns how many processes were signalled. */
 int rt_kill_tree(runtime *rt, const char *container_id, int pid, int sig, cs_error **err);

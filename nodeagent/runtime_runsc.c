@@ -432,27 +432,38 @@ void rt_exec_free(rt_exec *ex)
         ex->pid_file = ex->spec_file = NULL;
 }
 
+size_t rt_descendants(const rt_proc *procs, size_t n, int pid, int **ret)
+{
+        /* Breadth-first: found[] grows as children of what it holds are found. Each process
+         * has one parent, so nothing is found twice, and at most n are found. */
+        int *found = cs_xcalloc(n + 1, sizeof(*found));
+        size_t nf = 0;
+
+        for (size_t k = 0; k <= nf; k++) {
+                int parent = k == 0 ? pid : found[k - 1];
+                for (size_t i = 0; i < n && nf < n; i++) {
+                        if (procs[i].ppid == parent && procs[i].pid != pid)
+                                found[nf++] = procs[i].pid;
+                }
+        }
+        *ret = found;
+        return nf;
+}
+
 int rt_kill_tree(runtime *rt, const char *container_id, int pid, int sig, cs_error **err)
 {
         _cleanup_free_ rt_proc *procs = NULL;
         _cleanup_free_ int *victims = NULL;
-        size_t n = 0, nv = 0;
+        size_t n = 0, nv;
         int killed = 0;
 
         if (rt->ops->processes(rt, container_id, &procs, &n, err) < 0)
                 return -1;
-        /* Breadth-first over parent links: victims[] grows as children are found. */
-        victims = cs_xcalloc(n + 1, sizeof(*victims));
-        victims[nv++] = pid;
-        for (size_t v = 0; v < nv; v++) {
-                for (size_t i = 0; i < n; i++) {
-                        if (procs[i].ppid == victims[v] && procs[i].pid != pid && nv <= n)
-                                victims[nv++] = procs[i].pid;
-                }
-        }
-        for (size_t v = 0; v < nv; v++) {
+        nv = rt_descendants(procs, n, pid, &victims);
+        for (size_t v = 0; v <= nv; v++) {
                 cs_error *ignored = NULL; /* a process may exit on its own meanwhile */
-                if (rt->ops->signal(rt, container_id, victims[v], sig, &ignored) == 0)
+                if (rt->ops->signal(rt, container_id, v == 0 ? pid : victims[v - 1], sig,
+                                    &ignored) == 0)
                         killed++;
                 cs_error_free(ignored);
         }
