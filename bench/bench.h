@@ -167,6 +167,14 @@ int svc_destroy(bench_ctx *b, const char *id, cs_error **err);
 
 /* ExecCommand of argv[0] with argv[1..] (NULL-terminated) on sandbox id, reading the stream
  * to its end. on_stdout may be NULL. A stream without ExecCompleted is an error. */
+/* Keeps the first bytes of a command's output as text (the rest is dropped): pass
+ * text_out_keep with a text_out as the output callback. */
+typedef struct text_out {
+        char buf[128];
+        size_t len;
+} text_out;
+void text_out_keep(void *userdata, const uint8_t *data, size_t len);
+
 int svc_exec(bench_ctx *b, const char *id, const char *const *argv, svc_output_fn on_stdout,
              void *userdata, svc_exec_result *ret, cs_error **err);
 /* Like svc_exec, and an exit code other than 0 is an error too. */

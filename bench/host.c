@@ -262,3 +262,15 @@ void host_fill_pattern(uint8_t *buf, size_t len, uint64_t seed)
         for (; i < len; i++)
                 buf[i] = (uint8_t)(i * 131 + seed);
 }
+
+void text_out_keep(void *userdata, const uint8_t *data, size_t len)
+{
+        text_out *t = userdata;
+        size_t room = sizeof(t->buf) - 1 - t->len;
+
+        if (len > room)
+                len = room;
+        memcpy(t->buf + t->len, data, len);
+        t->len += len;
+        t->buf[t->len] = '\0';
+}

@@ -125,23 +125,6 @@ static json_t *sizes_json(const bench_sizes *s)
                          "usage_burn_s", s->usage_burn_s);
 }
 
-typedef struct text_out {
-        char buf[128];
-        size_t len;
-} text_out;
-
-static void keep_text(void *userdata, const uint8_t *data, size_t len)
-{
-        text_out *t = userdata;
-        size_t room = sizeof(t->buf) - 1 - t->len;
-
-        if (len > room)
-                len = room;
-        memcpy(t->buf + t->len, data, len);
-        t->len += len;
-        t->buf[t->len] = '\0';
-}
-
 /* The first line of `runsc --version`. */
 static json_t *runsc_version(bench_ctx *b)
 {
@@ -150,7 +133,7 @@ static json_t *runsc_version(bench_ctx *b)
         host_result res;
         cs_error *err = NULL;
 
-        if (host_run(argv, keep_text, &out, &res, &err) < 0) {
+        if (host_run(argv, text_out_keep, &out, &res, &err) < 0) {
                 cs_error_free(err);
                 return json_null();
         }

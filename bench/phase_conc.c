@@ -41,24 +41,7 @@ typedef struct conc_worker {
         uint8_t *data, *back;
 } conc_worker;
 
-typedef struct small_out {
-        char buf[16];
-        size_t len;
-} small_out;
-
-static void keep_output(void *userdata, const uint8_t *data, size_t len)
-{
-        small_out *o = userdata;
-        size_t room = sizeof(o->buf) - 1 - o->len;
-
-        if (len > room)
-                len = room;
-        memcpy(o->buf + o->len, data, len);
-        o->len += len;
-        o->buf[o->len] = '\0';
-}
-
-static int check_echo(const small_out *o, int status, cs_error **err)
+static int check_echo(const text_out *o, int status, cs_error **err)
 {
         if (status != 0 || strcmp(o->buf, "ok\n") != 0)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "echo ok: status %d, output '%s'",
@@ -69,11 +52,11 @@ static int check_echo(const small_out *o, int status, cs_error **err)
 static int exec_op(conc_worker *w, const char *sid, cs_error **err)
 {
         static const char *const cmd[] = { "echo", "ok", NULL };
-        small_out o = { .len = 0 };
+        text_out o = { .len = 0 };
 
         if (!w->run->direct) {
                 svc_exec_result res;
-                if (svc_exec(w->run->b, sid, cmd, keep_output, &o, &res, err) < 0)
+                if (svc_exec(w->run->b, sid, cmd, text_out_keep, &o, &res, err) < 0)
                         return -1;
                 return check_echo(&o, res.exit_code, err);
         } else {
@@ -83,7 +66,7 @@ static int exec_op(conc_worker *w, const char *sid, cs_error **err)
                 host_result res;
 
                 host_runsc_argv(w->run->b, w->run->b->runsc_root, argv, args);
-                if (host_run(argv, keep_output, &o, &res, err) < 0)
+                if (host_run(argv, text_out_keep, &o, &res, err) < 0)
                         return -1;
                 return check_echo(&o, res.status, err);
         }

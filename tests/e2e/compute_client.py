@@ -4,6 +4,8 @@ import sys
 
 import grpc
 
+from agent_client import collect_exec
+
 
 class Compute:
     def __init__(self, build_dir, address):
@@ -46,17 +48,7 @@ class Compute:
                                          env=env or {}, working_dir=working_dir)
         if timeout_s:
             req.timeout.seconds = timeout_s
-        out, err, done, events = bytearray(), bytearray(), None, []
-        for ev in self.ExecStream(req, timeout=rpc_timeout):
-            events.append(ev)
-            kind = ev.WhichOneof("event")
-            if kind == "stdout":
-                out += ev.stdout.data
-            elif kind == "stderr":
-                err += ev.stderr.data
-            else:
-                done = ev.completed
-        return bytes(out), bytes(err), done, events
+        return collect_exec(self.ExecStream(req, timeout=rpc_timeout))
 
     def read(self, sid, path, **kw):
         return self.ReadFile(self.pb.ReadFileRequest(sandbox_id=sid, path=path, **kw),

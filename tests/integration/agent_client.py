@@ -5,6 +5,22 @@ import sys
 import grpc
 
 
+def collect_exec(stream):
+    """Reads an ExecEvent stream to its end: (stdout bytes, stderr bytes, ExecCompleted,
+    every event). Both services stream compute.v1.ExecEvent."""
+    out, err, done, events = bytearray(), bytearray(), None, []
+    for ev in stream:
+        events.append(ev)
+        kind = ev.WhichOneof("event")
+        if kind == "stdout":
+            out += ev.stdout.data
+        elif kind == "stderr":
+            err += ev.stderr.data
+        else:
+            done = ev.completed
+    return bytes(out), bytes(err), done, events
+
+
 class Agent:
     def __init__(self, build_dir, address):
         sys.path.insert(0, os.path.join(build_dir, "python"))
@@ -44,17 +60,7 @@ class Agent:
                                   env=env or {}, working_dir=working_dir)
         if timeout_s:
             req.timeout.seconds = timeout_s
-        out, err, done, events = bytearray(), bytearray(), None, []
-        for ev in self.ExecStream(req, timeout=rpc_timeout):
-            events.append(ev)
-            kind = ev.WhichOneof("event")
-            if kind == "stdout":
-                out += ev.stdout.data
-            elif kind == "stderr":
-                err += ev.stderr.data
-            else:
-                done = ev.completed
-        return bytes(out), bytes(err), done, events
+        return collect_exec(self.ExecStream(req, timeout=rpc_timeout))
 
     def close(self):
         self.channel.close()
