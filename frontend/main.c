@@ -12,11 +12,13 @@
 #include "util.h"
 
 static cs_daemon_config cfg;
+static cs_agent_tls_config agent_tls;
 static char *agents, *sandbox_image;
 static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_LISTEN", "127.0.0.1:50051"),
+        CS_AGENT_TLS_OPTIONS(agent_tls),
         { "agents", "COMPUTE_AGENTS", CS_OPT_STRING, "127.0.0.1:50052",
           "Node agents to schedule sandboxes on: host:port, comma-separated.", &agents, 0, 0 },
         { "sandbox-image", "SANDBOX_IMAGE", CS_OPT_STRING, "",
@@ -55,6 +57,8 @@ int main(int argc, char **argv)
         r = cs_config_parse(&program, argc, argv, NULL, &err);
         if (r == 0)
                 r = cs_daemon_setup_logging(&cfg, &err);
+        if (r == 0)
+                r = cs_daemon_setup_agent_tls(&agent_tls, &err);
         if (r != 0) {
                 if (err)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);

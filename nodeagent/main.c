@@ -29,6 +29,7 @@ static int64_t grace_s, sample_ms, max_sandboxes;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_AGENT_LISTEN", "127.0.0.1:50052"),
+        CS_SERVER_TLS_OPTIONS(cfg),
         { "state-dir", "COMPUTE_STATE_DIR", CS_OPT_STRING, "/var/lib/compute",
           "Directory for the agent's records and workspaces; created if missing, and locked so "
           "that two agents never share it.",
@@ -219,6 +220,8 @@ int main(int argc, char **argv)
         r = cs_config_parse(&program, argc, argv, NULL, &err);
         if (r == 0)
                 r = cs_daemon_setup_logging(&cfg, &err);
+        if (r == 0)
+                r = cs_daemon_check_server_tls(&cfg, &err);
         if (r != 0) {
                 if (err)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);

@@ -8,8 +8,8 @@ CS_PACKAGES=(
         build-essential cmake pkg-config
         libgrpc-dev libprotobuf-dev protobuf-compiler
         protobuf-c-compiler libprotobuf-c-dev
-        libcmocka-dev libjansson-dev
-        runsc
+        libcmocka-dev libjansson-dev libcurl4-openssl-dev libyaml-dev libssl-dev
+        runsc openssl
         python3 python3-grpcio python3-protobuf
 )
 

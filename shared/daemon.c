@@ -1,10 +1,13 @@
 #include "daemon.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <string.h>
 
 #include "health.h"
 #include "signals.h"
+#include "util.h"
 
 /* The servers move buffers of up to 16 MiB from many threads: with glibc's defaults they
  * land in per-thread arenas that keep them after free (measured: an idle agent holding
@@ -34,6 +37,163 @@ int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err)
         return 0;
 }
 
+/* --- TLS files ------------------------------------------------------------------------- */
+
+/* Far above any certificate chain or key; a bound on what a wrong path makes us read. */
+#define CS_PEM_MAX_BYTES (1024 * 1024)
+
+enum {
+        TLS_CA,
+        TLS_CERT,
+        TLS_KEY,
+        TLS_N
+};
+
+typedef struct tls_files {
+        const char *flag[TLS_N]; /* option names, for messages */
+        const char *path[TLS_N];
+        char *pem[TLS_N];
+} tls_files;
+
+static bool nonempty(const char *s)
+{
+        return s && *s;
+}
+
+/* Reads one PEM file into a new NUL-terminated string. */
+static char *read_pem_file(const char *flag, const char *path, cs_error **err)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        char *buf;
+        ssize_t n;
+
+        if (fd < 0) {
+                cs_error_errno(err, errno, "--%s %s: cannot open", flag, path);
+                return NULL;
+        }
+        buf = cs_xmalloc(CS_PEM_MAX_BYTES + 1);
+        n = cs_read_full(fd, buf, CS_PEM_MAX_BYTES + 1);
+        if (n < 0)
+                cs_error_errno(err, errno, "--%s %s: cannot read", flag, path);
+        else if (n == 0)
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "--%s %s: the file is empty", flag,
+                             path);
+        else if (n > CS_PEM_MAX_BYTES)
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "--%s %s: larger than %d bytes, not a PEM file", flag, path,
+                             CS_PEM_MAX_BYTES);
+        else if (memchr(buf, '\0', (size_t)n))
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "--%s %s: not PEM text (it holds a NUL byte)", flag, path);
+        else {
+                buf[n] = '\0';
+                return buf;
+        }
+        explicit_bzero(buf, CS_PEM_MAX_BYTES + 1);
+        free(buf);
+        return NULL;
+}
+
+static void tls_files_free(tls_files *t)
+{
+        for (int i = 0; i < TLS_N; i++) {
+                if (t->pem[i])
+                        explicit_bzero(t->pem[i], strlen(t->pem[i]));
+                free(t->pem[i]);
+                t->pem[i] = NULL;
+        }
+}
+
+/* Reads and checks a set of TLS files: all three paths or none. Returns 1 with the PEM text
+ * in t->pem (free with tls_files_free), 0 when no path is set, -1 with *err. `env` names the
+ * environment variables, for the message about a partial set. */
+static int tls_files_load(tls_files *t, const char *env, cs_error **err)
+{
+        int given = 0;
+
+        for (int i = 0; i < TLS_N; i++)
+                given += nonempty(t->path[i]);
+        if (given == 0)
+                return 0;
+        if (given < TLS_N) {
+                for (int i = 0; i < TLS_N; i++) {
+                        if (!nonempty(t->path[i]))
+                                return cs_error_set(
+                                        err, GRPC_STATUS_INVALID_ARGUMENT,
+                                        "--%s, --%s and --%s (%s) go together: all three for TLS, "
+                                        "none for plaintext; --%s is missing",
+                                        t->flag[TLS_CA], t->flag[TLS_CERT], t->flag[TLS_KEY], env,
+                                        t->flag[i]);
+                }
+        }
+        for (int i = 0; i < TLS_N; i++) {
+                t->pem[i] = read_pem_file(t->flag[i], t->path[i], err);
+                if (!t->pem[i])
+                        goto fail;
+        }
+        if (rpc_tls_check_pem(t->pem[TLS_CA], NULL, NULL, err) < 0) {
+                cs_error_prefix(err, "--%s %s", t->flag[TLS_CA], t->path[TLS_CA]);
+                goto fail;
+        }
+        if (rpc_tls_check_pem(NULL, t->pem[TLS_CERT], NULL, err) < 0) {
+                cs_error_prefix(err, "--%s %s", t->flag[TLS_CERT], t->path[TLS_CERT]);
+                goto fail;
+        }
+        if (rpc_tls_check_pem(NULL, t->pem[TLS_CERT], t->pem[TLS_KEY], err) < 0) {
+                cs_error_prefix(err, "--%s %s", t->flag[TLS_KEY], t->path[TLS_KEY]);
+                goto fail;
+        }
+        return 1;
+fail:
+        tls_files_free(t);
+        return -1;
+}
+
+static tls_files server_tls_files(const cs_daemon_config *cfg)
+{
+        return (tls_files){ .flag = { "tls-ca", "tls-cert", "tls-key" },
+                            .path = { cfg->tls_ca, cfg->tls_cert, cfg->tls_key } };
+}
+
+int cs_daemon_check_server_tls(const cs_daemon_config *cfg, cs_error **err)
+{
+        tls_files t = server_tls_files(cfg);
+        int r = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
+
+        tls_files_free(&t);
+        return r < 0 ? -1 : 0;
+}
+
+int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err)
+{
+        tls_files t = { .flag = { "agent-tls-ca", "agent-tls-cert", "agent-tls-key" },
+                        .path = { tls->ca, tls->cert, tls->key } };
+        int r = tls_files_load(&t, "COMPUTE_AGENT_TLS_CA/CERT/KEY", err);
+
+        if (r < 0)
+                return -1;
+        if (r == 0) {
+                log_info("internal link: plaintext calls to the node agents (no --agent-tls-*)");
+                return 0;
+        }
+        r = rpc_client_tls_set(t.pem[TLS_CA], t.pem[TLS_CERT], t.pem[TLS_KEY], tls->server_name,
+                               err);
+        tls_files_free(&t);
+        if (r < 0)
+                return -1;
+        if (nonempty(tls->server_name))
+                log_info("internal link: mutual TLS to the node agents (CA %s, certificate %s); "
+                         "agents must present a certificate for \"%s\"",
+                         tls->ca, tls->cert, tls->server_name);
+        else
+                log_info("internal link: mutual TLS to the node agents (CA %s, certificate %s); "
+                         "agents must present a certificate for the host of their address",
+                         tls->ca, tls->cert);
+        return 0;
+}
+
+/* --- the server ------------------------------------------------------------------------ */
+
 rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const *services,
                                  cs_error **err)
 {
@@ -42,7 +202,21 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
                 .max_calls = (unsigned)cfg->max_calls,
                 .grace_ms = cfg->grace_ms,
         };
-        rpc_server *srv = rpc_server_new(&opts);
+        tls_files t = server_tls_files(cfg);
+        int tls = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
+        rpc_server *srv;
+
+        if (tls < 0)
+                return NULL;
+        opts.tls_ca_pem = t.pem[TLS_CA];
+        opts.tls_cert_pem = t.pem[TLS_CERT];
+        opts.tls_key_pem = t.pem[TLS_KEY];
+        srv = rpc_server_new(&opts); /* copies the PEM text */
+        tls_files_free(&t);
+        if (tls)
+                log_info("%s: mutual TLS only: certificate %s; clients must present a certificate "
+                         "signed by the CA in %s",
+                         cfg->listen, cfg->tls_cert, cfg->tls_ca);
 
         if (cs_health_register(srv, services, err) < 0) {
                 rpc_server_free(srv);
@@ -59,7 +233,8 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
                 rpc_server_free(srv);
                 return -1;
         }
-        log_info("%s serving on port %d", name, rpc_server_port(srv));
+        log_info("%s serving on port %d%s", name, rpc_server_port(srv),
+                 rpc_server_tls(srv) ? " (mutual TLS)" : "");
         sig = cs_signals_wait();
         log_info("%s: %s received, shutting down", name, strsignal(sig));
         rpc_server_free(srv);

@@ -10,6 +10,11 @@ typedef struct cs_daemon_config {
         int64_t grace_ms;
         char *log_level;
         char *log_format;
+        /* Server TLS (CS_SERVER_TLS_OPTIONS): paths of PEM files. All empty, or a program
+         * whose table lacks them: plaintext. */
+        char *tls_ca;
+        char *tls_cert;
+        char *tls_key;
 } cs_daemon_config;
 
 /* The common options, as cs_option initialisers for a program's table. */
@@ -53,11 +58,102 @@ typedef struct cs_daemon_config {
                         &(cfg).log_format, 0, 0                                                    \
         }
 
+/* Mutual TLS on the server's port, as cs_option initialisers: a program that serves the
+ * internal link (the node agent) adds these after CS_DAEMON_OPTIONS and calls
+ * cs_daemon_check_server_tls() at startup. All three set: TLS only, every client must
+ * present a certificate signed by the CA. None: plaintext. */
+#define CS_SERVER_TLS_OPTIONS(cfg)                                                                 \
+        { "tls-ca",                                                                                \
+          "COMPUTE_TLS_CA",                                                                        \
+          CS_OPT_STRING,                                                                           \
+          "",                                                                                      \
+          "PEM file of the CA that signs client certificates. With --tls-cert and --tls-key: "     \
+          "the port serves mutual TLS only (no client certificate signed by this CA, no call); "   \
+          "all three empty: plaintext.",                                                           \
+          &(cfg).tls_ca,                                                                           \
+          0,                                                                                       \
+          0 },                                                                                     \
+                { "tls-cert",                                                                      \
+                  "COMPUTE_TLS_CERT",                                                              \
+                  CS_OPT_STRING,                                                                   \
+                  "",                                                                              \
+                  "PEM file of this server's certificate (chain, leaf first).",                    \
+                  &(cfg).tls_cert,                                                                 \
+                  0,                                                                               \
+                  0 },                                                                             \
+        {                                                                                          \
+                "tls-key", "COMPUTE_TLS_KEY", CS_OPT_STRING, "",                                   \
+                        "PEM file of the private key of --tls-cert (unencrypted).",                \
+                        &(cfg).tls_key, 0, 0                                                       \
+        }
+
+/* The frontend's side of the internal link (client TLS to the node agents). */
+typedef struct cs_agent_tls_config {
+        char *ca;          /* PEM file: the CA the agents' certificates must chain to */
+        char *cert;        /* PEM file: the frontend's client certificate */
+        char *key;         /* PEM file: its private key */
+        char *server_name; /* the name the agents' certificates must carry */
+} cs_agent_tls_config;
+
+#define CS_AGENT_TLS_DEFAULT_SERVER_NAME "compute-node-agent"
+
+/* Client TLS to the node agents, as cs_option initialisers; the program calls
+ * cs_daemon_setup_agent_tls() at startup. */
+#define CS_AGENT_TLS_OPTIONS(tls)                                                                  \
+        { "agent-tls-ca",                                                                          \
+          "COMPUTE_AGENT_TLS_CA",                                                                  \
+          CS_OPT_STRING,                                                                           \
+          "",                                                                                      \
+          "PEM file of the CA that signs the node agents' certificates. With --agent-tls-cert "    \
+          "and --agent-tls-key: calls to node agents use mutual TLS; all three empty: "            \
+          "plaintext.",                                                                            \
+          &(tls).ca,                                                                               \
+          0,                                                                                       \
+          0 },                                                                                     \
+                { "agent-tls-cert",                                                                \
+                  "COMPUTE_AGENT_TLS_CERT",                                                        \
+                  CS_OPT_STRING,                                                                   \
+                  "",                                                                              \
+                  "PEM file of the client certificate presented to node agents.",                  \
+                  &(tls).cert,                                                                     \
+                  0,                                                                               \
+                  0 },                                                                             \
+                { "agent-tls-key",                                                                 \
+                  "COMPUTE_AGENT_TLS_KEY",                                                         \
+                  CS_OPT_STRING,                                                                   \
+                  "",                                                                              \
+                  "PEM file of the private key of --agent-tls-cert (unencrypted).",                \
+                  &(tls).key,                                                                      \
+                  0,                                                                               \
+                  0 },                                                                             \
+        {                                                                                          \
+                "agent-tls-server-name", "COMPUTE_AGENT_TLS_SERVER_NAME", CS_OPT_STRING,           \
+                        CS_AGENT_TLS_DEFAULT_SERVER_NAME,                                          \
+                        "With TLS: the DNS name every node agent's certificate must carry "        \
+                        "(agents are reached by pod IP); empty: the host of each agent's "         \
+                        "address.",                                                                \
+                        &(tls).server_name, 0, 0                                                   \
+        }
+
 /* Applies the logging options (and the servers' malloc tuning). -1 with *err on an unknown
  * level or format. */
 int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err);
 
-/* Creates the server for cfg with health checks for `services` (NULL-terminated). */
+/* Checks the server TLS options: the three files all given or none (INVALID_ARGUMENT
+ * otherwise), each readable, the certificates and key well-formed and the key that of the
+ * certificate. Call at startup with the other option checks; cs_daemon_server_new() checks
+ * again when it reads them. 0 when they are fine or absent, -1 with *err. */
+int cs_daemon_check_server_tls(const cs_daemon_config *cfg, cs_error **err);
+
+/* Reads the --agent-tls-* files and sets the process-wide client TLS (rpc_client_tls_set)
+ * used by every channel made afterwards: CA, certificate and key all given (mutual TLS,
+ * agents' certificates checked against server_name) or none (plaintext); any other mix is
+ * INVALID_ARGUMENT. Logs which it is. Call once at startup, before any channel is made
+ * (before or after rpc_global_init). */
+int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err);
+
+/* Creates the server for cfg with health checks for `services` (NULL-terminated). With the
+ * server TLS options set, the server serves mutual TLS only (the files are read here). */
 rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const *services,
                                  cs_error **err);
 

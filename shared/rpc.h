@@ -78,6 +78,15 @@ typedef struct rpc_server_options {
         unsigned max_calls; /* calls running at once; more get RESOURCE_EXHAUSTED. 0: default */
         int64_t grace_ms;   /* how long shutdown lets calls finish before cancelling them */
         size_t max_message; /* 0: RPC_MAX_MESSAGE_BYTES */
+        /* Mutual TLS, as PEM text: the server's certificate (chain) and private key, and the
+         * CA every client certificate must chain to. All three set: the port serves TLS only,
+         * requires a client certificate and verifies it against the CA (a client without
+         * one, or with one from another CA, fails its handshake). All NULL: plaintext. Any
+         * other mix fails rpc_server_start() with INVALID_ARGUMENT. Copied by
+         * rpc_server_new(). */
+        const char *tls_cert_pem;
+        const char *tls_key_pem;
+        const char *tls_ca_pem;
 } rpc_server_options;
 
 /* Creates a server. Methods are added with rpc_server_add_method() before rpc_server_start().
@@ -87,8 +96,12 @@ rpc_server *rpc_server_new(const rpc_server_options *opts);
 /* Registers a method. The method struct must outlive the server (use static tables). */
 int rpc_server_add_method(rpc_server *srv, const rpc_method *method, cs_error **err);
 
-/* Binds the listen address and starts serving. */
+/* Binds the listen address and starts serving. INVALID_ARGUMENT for bad TLS material (see
+ * rpc_tls_check_pem), UNAVAILABLE when the address cannot be bound. */
 int rpc_server_start(rpc_server *srv, cs_error **err);
+
+/* True when the server was given TLS material (it serves mutual TLS only). */
+bool rpc_server_tls(const rpc_server *srv);
 
 /* The bound port (useful with port 0), valid after rpc_server_start(). */
 int rpc_server_port(const rpc_server *srv);
@@ -170,8 +183,38 @@ typedef struct rpc_call_options {
         const char *request_id; /* sent as x-request-id; NULL: the parent's, if any */
 } rpc_call_options;
 
+/* Process-wide client TLS, used by every rpc_channel_new() after it (channels made before
+ * keep what they had). Meant to be called once at startup, before any channel; safe from any
+ * thread, and callable before rpc_global_init() (the PEM text is copied and checked here,
+ * the gRPC credentials are made per channel).
+ * - ca_pem NULL or "": plaintext channels (the default); cert_pem, key_pem and server_name
+ *   must then be NULL or "" too.
+ * - ca_pem set: TLS; the server's certificate must chain to this CA (the system roots are
+ *   never used) and name the server (below). cert_pem and key_pem, both or neither: the
+ *   client certificate (chain) and its private key, presented when the server asks (servers
+ *   with rpc_server_options TLS require one).
+ * - server_name set: the server's certificate is checked against this fixed DNS name
+ *   (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, also sent as SNI) instead of the target's host, so a
+ *   pod reached by its IP can hold a certificate for a stable name. NULL or "": checked
+ *   against the host in the target (a DNS name, or an IP address in an IP SAN).
+ * INVALID_ARGUMENT (and nothing changes) on a bad mix or bad PEM (see rpc_tls_check_pem). */
+int rpc_client_tls_set(const char *ca_pem, const char *cert_pem, const char *key_pem,
+                       const char *server_name, cs_error **err);
+
+/* True when rpc_channel_new() currently makes TLS channels. */
+bool rpc_client_tls_enabled(void);
+
+/* Checks TLS material before gRPC gets it (gRPC itself only fails a handshake or a bind,
+ * without saying why): ca_pem holds one or more PEM certificates (text around them is
+ * ignored, as gRPC does), every one of which decodes; cert_pem likewise (a chain, leaf first);
+ * key_pem an unencrypted PEM private key that belongs to the first certificate of cert_pem
+ * (cert_pem is then required). NULL arguments are not checked. -1 with INVALID_ARGUMENT and a
+ * message that says which part is wrong and why. */
+int rpc_tls_check_pem(const char *ca_pem, const char *cert_pem, const char *key_pem,
+                      cs_error **err);
+
 /* Opens a channel to target ("host:port"). Connection happens lazily, on the first call.
- * Owned by the caller: rpc_channel_free(). */
+ * Plaintext, or TLS as set by rpc_client_tls_set(). Owned by the caller: rpc_channel_free(). */
 rpc_channel *rpc_channel_new(const char *target);
 void rpc_channel_free(rpc_channel *ch);
 const char *rpc_channel_target(const rpc_channel *ch);

@@ -3,6 +3,7 @@
  * Each call has a completion queue of its own, drained only by the thread that uses the call,
  * so no poller thread is needed. Cancellation from another thread goes through
  * grpc_call_cancel(), which gRPC makes safe to call at any time. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,12 +19,80 @@ struct rpc_channel {
         char *target;
 };
 
+/* The process-wide client TLS of rpc_client_tls_set(): PEM copies; ca NULL = plaintext. */
+static struct {
+        pthread_mutex_t lock;
+        char *ca, *cert, *key, *server_name;
+} client_tls = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static bool nonempty(const char *s)
+{
+        return s && *s;
+}
+
+static char *dup_or_null(const char *s)
+{
+        return nonempty(s) ? cs_xstrdup(s) : NULL;
+}
+
+static void free_secret(char *s)
+{
+        if (s)
+                explicit_bzero(s, strlen(s));
+        free(s);
+}
+
+int rpc_client_tls_set(const char *ca_pem, const char *cert_pem, const char *key_pem,
+                       const char *server_name, cs_error **err)
+{
+        char *old[4];
+
+        if (!nonempty(ca_pem) && (nonempty(cert_pem) || nonempty(key_pem) || nonempty(server_name)))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "client TLS: a client certificate, key or server name was "
+                                    "given without a CA to check the server against");
+        if (nonempty(cert_pem) != nonempty(key_pem))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "client TLS: the client certificate and its key go together "
+                                    "(only the %s was given)",
+                                    nonempty(cert_pem) ? "certificate" : "key");
+        if (nonempty(ca_pem) && rpc_tls_check_pem(ca_pem, nonempty(cert_pem) ? cert_pem : NULL,
+                                                  nonempty(key_pem) ? key_pem : NULL, err) < 0)
+                return cs_error_prefix(err, "client TLS");
+
+        pthread_mutex_lock(&client_tls.lock);
+        old[0] = client_tls.ca;
+        old[1] = client_tls.cert;
+        old[2] = client_tls.key;
+        old[3] = client_tls.server_name;
+        client_tls.ca = dup_or_null(ca_pem);
+        client_tls.cert = dup_or_null(cert_pem);
+        client_tls.key = dup_or_null(key_pem);
+        client_tls.server_name = dup_or_null(server_name);
+        pthread_mutex_unlock(&client_tls.lock);
+        free(old[0]);
+        free(old[1]);
+        free_secret(old[2]);
+        free(old[3]);
+        return 0;
+}
+
+bool rpc_client_tls_enabled(void)
+{
+        bool r;
+
+        pthread_mutex_lock(&client_tls.lock);
+        r = client_tls.ca != NULL;
+        pthread_mutex_unlock(&client_tls.lock);
+        return r;
+}
+
 rpc_channel *rpc_channel_new(const char *target)
 {
         rpc_channel *ch = cs_xcalloc(1, sizeof(*ch));
-        grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-        grpc_arg args[RPC_N_SIZE_ARGS + 3];
-        grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
+        grpc_channel_credentials *creds;
+        grpc_arg args[RPC_N_SIZE_ARGS + 4];
+        grpc_channel_args cargs = { .num_args = RPC_N_SIZE_ARGS + 3, .args = args };
 
         rpc_size_args(args, RPC_MAX_MESSAGE_BYTES);
         /* A peer that comes back is reached within a second: gRPC's default backoff grows to
@@ -38,7 +107,25 @@ rpc_channel *rpc_channel_new(const char *target)
                                                 .key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
                                                 .value.integer = 1000 };
         ch->target = cs_xstrdup(target);
+
+        /* The lock is held until gRPC has copied what it needs (credentials and arguments):
+         * a concurrent rpc_client_tls_set() cannot free the text under it. */
+        pthread_mutex_lock(&client_tls.lock);
+        if (client_tls.ca) {
+                grpc_ssl_pem_key_cert_pair pair = { .private_key = client_tls.key,
+                                                    .cert_chain = client_tls.cert };
+                creds = grpc_ssl_credentials_create(client_tls.ca, client_tls.cert ? &pair : NULL,
+                                                    NULL, NULL);
+                if (client_tls.server_name)
+                        args[cargs.num_args++] =
+                                (grpc_arg){ .type = GRPC_ARG_STRING,
+                                            .key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
+                                            .value.string = client_tls.server_name };
+        } else {
+                creds = grpc_insecure_credentials_create();
+        }
         ch->channel = grpc_channel_create(target, creds, &cargs);
+        pthread_mutex_unlock(&client_tls.lock);
         grpc_channel_credentials_release(creds);
         return ch;
 }

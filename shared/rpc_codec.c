@@ -2,6 +2,10 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <string.h>
 
 #include "rpc_internal.h"
@@ -196,4 +200,112 @@ void rpc_global_init(void)
 void rpc_global_shutdown(void)
 {
         grpc_shutdown_blocking();
+}
+
+/* --- TLS material ------------------------------------------------------------------------ */
+
+/* Never prompt for a passphrase (OpenSSL's default reads one from the terminal). */
+static int no_passphrase(char *buf, int size, int rwflag, void *userdata)
+{
+        (void)buf;
+        (void)size;
+        (void)rwflag;
+        (void)userdata;
+        return -1;
+}
+
+/* OpenSSL's reason for the last error in this thread's queue, for messages. */
+static const char *ssl_reason(void)
+{
+        unsigned long e = ERR_peek_last_error();
+        const char *r = e ? ERR_reason_error_string(e) : NULL;
+
+        return r ? r : "unknown reason";
+}
+
+/* Reads every PEM certificate of pem (other text between them is ignored, as gRPC does).
+ * The first is returned in *ret_first when asked for. Fails when there is none or when one
+ * does not decode. */
+static int read_certs(const char *pem, const char *what, X509 **ret_first, cs_error **err)
+{
+        BIO *bio = BIO_new_mem_buf(pem, -1);
+        unsigned long e;
+        X509 *x;
+        int n = 0;
+
+        if (!bio)
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+        while ((x = PEM_read_bio_X509(bio, NULL, no_passphrase, NULL))) {
+                if (n == 0 && ret_first)
+                        *ret_first = x;
+                else
+                        X509_free(x);
+                n++;
+        }
+        BIO_free(bio);
+        /* The loop ends with "no start line" at the end of the text; anything else is a
+         * certificate that did not decode. */
+        e = ERR_peek_last_error();
+        if (ERR_GET_LIB(e) != ERR_LIB_PEM || ERR_GET_REASON(e) != PEM_R_NO_START_LINE)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "%s: a PEM certificate does not decode (%s)", what,
+                                    ssl_reason());
+        if (n == 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "%s: no PEM certificate in it (expected -----BEGIN "
+                                    "CERTIFICATE-----)",
+                                    what);
+        return n;
+}
+
+static int check_pem(const char *ca_pem, const char *cert_pem, const char *key_pem, cs_error **err)
+{
+        X509 *leaf = NULL;
+        EVP_PKEY *key = NULL;
+        BIO *bio = NULL;
+        int r = -1;
+
+        if (ca_pem && read_certs(ca_pem, "CA", NULL, err) < 0)
+                goto out;
+        if (cert_pem && read_certs(cert_pem, "certificate", &leaf, err) < 0)
+                goto out;
+        if (!key_pem) {
+                r = 0;
+                goto out;
+        }
+        if (!cert_pem) {
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "private key: given without a certificate");
+                goto out;
+        }
+        bio = BIO_new_mem_buf(key_pem, -1);
+        key = bio ? PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL) : NULL;
+        if (!key) {
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "private key: not an unencrypted PEM private key (%s)", ssl_reason());
+                goto out;
+        }
+        if (X509_check_private_key(leaf, key) != 1) {
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "private key: it does not belong to the certificate (%s)",
+                             ssl_reason());
+                goto out;
+        }
+        r = 0;
+out:
+        EVP_PKEY_free(key);
+        BIO_free(bio);
+        X509_free(leaf);
+        return r;
+}
+
+int rpc_tls_check_pem(const char *ca_pem, const char *cert_pem, const char *key_pem, cs_error **err)
+{
+        int r;
+
+        /* OpenSSL's error queue is per thread: start clean, leave it clean. */
+        ERR_clear_error();
+        r = check_pem(ca_pem, cert_pem, key_pem, err);
+        ERR_clear_error();
+        return r;
 }

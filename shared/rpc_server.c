@@ -44,6 +44,7 @@ typedef struct srv_method {
 
 struct rpc_server {
         char *listen;
+        char *tls_cert, *tls_key, *tls_ca; /* PEM copies; all NULL: plaintext */
         unsigned max_calls;
         int64_t grace_ms;
         int max_message;
@@ -694,6 +695,9 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
         grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
 
         srv->listen = cs_xstrdup(opts->listen);
+        srv->tls_cert = opts->tls_cert_pem ? cs_xstrdup(opts->tls_cert_pem) : NULL;
+        srv->tls_key = opts->tls_key_pem ? cs_xstrdup(opts->tls_key_pem) : NULL;
+        srv->tls_ca = opts->tls_ca_pem ? cs_xstrdup(opts->tls_ca_pem) : NULL;
         srv->max_calls = opts->max_calls ? opts->max_calls : RPC_DEFAULT_MAX_CALLS;
         srv->grace_ms = opts->grace_ms >= 0 ? opts->grace_ms : RPC_DEFAULT_GRACE_MS;
         srv->max_message = (int)(opts->max_message ? opts->max_message : RPC_MAX_MESSAGE_BYTES);
@@ -752,15 +756,51 @@ int rpc_server_add_method(rpc_server *srv, const rpc_method *m, cs_error **err)
         return 0;
 }
 
+bool rpc_server_tls(const rpc_server *srv)
+{
+        return srv->tls_ca || srv->tls_cert || srv->tls_key;
+}
+
+/* The port's credentials: plaintext, or mutual TLS with a client certificate required and
+ * verified against the CA. NULL with *err when the TLS material is incomplete or bad. */
+static grpc_server_credentials *server_credentials(rpc_server *srv, cs_error **err)
+{
+        grpc_ssl_pem_key_cert_pair pair = { .private_key = srv->tls_key,
+                                            .cert_chain = srv->tls_cert };
+
+        if (!rpc_server_tls(srv))
+                return grpc_insecure_server_credentials_create();
+        if (!srv->tls_ca || !srv->tls_cert || !srv->tls_key) {
+                const char *missing = !srv->tls_cert ? "certificate" : !srv->tls_key ? "key" : "CA";
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "server TLS needs a certificate, its key and a CA for the client "
+                             "certificates, or none of them (missing: the %s)",
+                             missing);
+                return NULL;
+        }
+        if (rpc_tls_check_pem(srv->tls_ca, srv->tls_cert, srv->tls_key, err) < 0) {
+                cs_error_prefix(err, "server TLS");
+                return NULL;
+        }
+        /* The pair and the CA are copied by gRPC. */
+        return grpc_ssl_server_credentials_create_ex(
+                srv->tls_ca, &pair, 1, GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+                NULL);
+}
+
 int rpc_server_start(rpc_server *srv, cs_error **err)
 {
-        grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+        grpc_server_credentials *creds = server_credentials(srv, err);
 
+        if (!creds)
+                return -1;
         srv->port = grpc_server_add_http2_port(srv->server, srv->listen, creds);
         grpc_server_credentials_release(creds);
         if (srv->port <= 0)
-                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
-                                    "cannot listen on %s (address in use or invalid)", srv->listen);
+                return cs_error_set(
+                        err, GRPC_STATUS_UNAVAILABLE,
+                        "cannot listen on %s (address in use or invalid%s)", srv->listen,
+                        rpc_server_tls(srv) ? ", or gRPC refused the TLS material" : "");
         grpc_server_start(srv->server);
         if (pthread_create(&srv->poller, NULL, poller_main, srv) != 0)
                 return cs_error_errno(err, errno, "cannot start the poller thread");
@@ -870,5 +910,10 @@ void rpc_server_free(rpc_server *srv)
         pthread_cond_destroy(&srv->cond);
         pthread_mutex_destroy(&srv->lock);
         free(srv->listen);
+        free(srv->tls_cert);
+        if (srv->tls_key)
+                explicit_bzero(srv->tls_key, strlen(srv->tls_key));
+        free(srv->tls_key);
+        free(srv->tls_ca);
         free(srv);
 }
