@@ -10,7 +10,7 @@ CS_PACKAGES=(
         protobuf-c-compiler libprotobuf-c-dev
         libcmocka-dev libjansson-dev libcurl4-openssl-dev libyaml-dev libssl-dev
         runsc openssl
-        python3 python3-grpcio python3-protobuf
+        python3 python3-grpcio python3-protobuf python3-yaml
 )
 
 cs_log() {
