@@ -3,7 +3,12 @@
  * Local mode: it creates the sandboxes itself as gVisor containers (runsc), runs commands in
  * them, does their workspace file I/O on the host side and measures their usage from cgroups.
  * Its records live in the state directory, so a restart (even after kill -9) loses nothing;
- * sandboxes keep running while the agent is down. */
+ * sandboxes keep running while the agent is down.
+ *
+ * Kube mode: the kubelet (containerd + the runsc shim) makes the pods' containers; the agent
+ * finds a pod's container under the kubelet's runsc root from the CRI annotations of its
+ * bundle and serves exec, file I/O and usage for it the same way. It keeps no records: a
+ * restarted agent finds everything again from the runsc root. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,6 +18,7 @@
 
 #include "cgroup.h"
 #include "daemon.h"
+#include "kube.h"
 #include "proc.h"
 #include "runtime.h"
 #include "sandbox.h"
@@ -24,12 +30,19 @@
 
 static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
-static char *cgroup_root, *cgroup_parent, *node_name;
+static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
 static int64_t grace_s, sample_ms, max_sandboxes;
+
+#define KUBE_RUNSC_ROOT "/run/containerd/runsc/k8s.io"
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_AGENT_LISTEN", "127.0.0.1:50052"),
         CS_SERVER_TLS_OPTIONS(cfg),
+        { "mode", "COMPUTE_AGENT_MODE", CS_OPT_STRING, "local",
+          "local: the agent creates and records the sandboxes itself; kube: the kubelet makes "
+          "them (gVisor pods) and the agent finds a pod's container under --runsc-root from "
+          "its CRI annotations (CreateSandbox/DestroySandbox are then UNIMPLEMENTED).",
+          &mode, 0, 0 },
         { "state-dir", "COMPUTE_STATE_DIR", CS_OPT_STRING, "/var/lib/compute",
           "Directory for the agent's records and workspaces; created if missing, and locked so "
           "that two agents never share it.",
@@ -42,8 +55,18 @@ static const cs_option options[] = {
         { "runsc", "COMPUTE_RUNSC", CS_OPT_STRING, "runsc", "The runsc binary.", &runsc_path, 0,
           0 },
         { "runsc-root", "COMPUTE_RUNSC_ROOT", CS_OPT_STRING, "",
-          "runsc's state directory (--root) for the sandboxes (default: STATE_DIR/runsc).",
+          "runsc's state directory (--root) for the sandboxes (default: STATE_DIR/runsc in "
+          "local mode, " KUBE_RUNSC_ROOT " (containerd's runsc shim) in kube mode).",
           &runsc_root, 0, 0 },
+        { "container-name", "COMPUTE_CONTAINER_NAME", CS_OPT_STRING, "sandbox",
+          "Kube mode: the sandbox container's name in a pod, when a pod reference gives none; "
+          "ListSandboxes lists the containers of this name.",
+          &container_name, 0, 0 },
+        { "host-root", "COMPUTE_HOST_ROOT", CS_OPT_STRING, "",
+          "Kube mode: where the host's / is mounted in the agent's view (e.g. /host); host "
+          "paths read from the runtime and the bundles (bundle directories, volume sources) "
+          "are looked up under it. Empty: the paths as they are.",
+          &host_root, 0, 0 },
         { "runsc-platform", "COMPUTE_RUNSC_PLATFORM", CS_OPT_STRING, "",
           "runsc --platform (ptrace, kvm, systrap); empty: runsc's default.", &runsc_platform, 0,
           0 },
@@ -64,7 +87,9 @@ static const cs_option options[] = {
           "Live sandboxes this agent runs at once; more get RESOURCE_EXHAUSTED.", &max_sandboxes, 1,
           4096 },
         { "node-name", "COMPUTE_NODE_NAME", CS_OPT_STRING, "",
-          "Name this node reports (default: the host name).", &node_name, 0, 0 },
+          "Name this node reports (default: the host name; in kube mode the DaemonSet sets it "
+          "to the Kubernetes node name, spec.nodeName).",
+          &node_name, 0, 0 },
 };
 
 static const cs_program program = {
@@ -149,6 +174,7 @@ typedef struct agent {
         cgroup_fs cg;
         runtime *rt;
         sb_registry *reg;
+        kube_finder *kube; /* kube mode only */
         char *runtime_version;
         char hostname[256];
 } agent;
@@ -156,17 +182,21 @@ typedef struct agent {
 static int agent_open(agent *a, cs_error **err)
 {
         _cleanup_free_ char *def_images = cs_xasprintf("%s/images", state_dir);
-        _cleanup_free_ char *def_root = cs_xasprintf("%s/runsc", state_dir);
+        bool kube = strcmp(mode, "kube") == 0;
+        _cleanup_free_ char *def_root =
+                kube ? cs_xstrdup(KUBE_RUNSC_ROOT) : cs_xasprintf("%s/runsc", state_dir);
         runsc_config rc = { .path = runsc_path,
                             .root = runsc_root[0] ? runsc_root : def_root,
                             .platform = runsc_platform,
-                            .network = runsc_network };
+                            .network = runsc_network,
+                            .create_root = !kube };
         sb_config sc = { .state_dir = state_dir,
                          .images_dir = images_dir[0] ? images_dir : def_images,
                          .cgroup_parent = cgroup_parent,
                          .grace_ms = grace_s * 1000,
                          .sample_interval_ms = sample_ms,
-                         .max_sandboxes = (uint32_t)max_sandboxes };
+                         .max_sandboxes = (uint32_t)max_sandboxes,
+                         .kube = kube };
 
         if (cgroup_fs_detect(cgroup_root, &a->cg, err) < 0)
                 return -1;
@@ -176,12 +206,21 @@ static int agent_open(agent *a, cs_error **err)
         a->runtime_version = runtime_version();
         log_info("runtime %s (%s), cgroup v%d at %s", a->rt->ops->name, a->runtime_version,
                  (int)a->cg.version, cgroup_root);
+        if (kube) {
+                kube_config kc = { .rt = a->rt,
+                                   .host_root = host_root,
+                                   .default_container = container_name };
+                a->kube = kube_finder_new(&kc);
+                log_info("kube mode: pods under the runsc root %s, container '%s', host root '%s'",
+                         rc.root, container_name, host_root);
+        }
         return sb_registry_open(&sc, a->rt, &a->cg, registry_log, &a->reg, err);
 }
 
 static void agent_close(agent *a)
 {
         sb_registry_free(a->reg);
+        kube_finder_free(a->kube);
         if (a->rt)
                 a->rt->ops->free(a->rt);
         cgroup_fs_free(&a->cg);
@@ -191,6 +230,7 @@ static void agent_close(agent *a)
 static int agent_register(agent *a, rpc_server *srv, cs_error **err)
 {
         agent_service s = {
+                .kube = a->kube,
                 .reg = a->reg,
                 .rt = a->rt,
                 .cg = &a->cg,
@@ -227,6 +267,22 @@ int main(int argc, char **argv)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);
                 cs_config_free(&program);
                 return r > 0 ? 0 : 2;
+        }
+
+        if (strcmp(mode, "local") != 0 && strcmp(mode, "kube") != 0) {
+                fprintf(stderr, "%s: --mode: '%s' is not local or kube\n", program.name, mode);
+                cs_config_free(&program);
+                return 2;
+        }
+        if (!container_name[0] || strchr(container_name, '/')) {
+                fprintf(stderr, "%s: --container-name must be a container name\n", program.name);
+                cs_config_free(&program);
+                return 2;
+        }
+        if (host_root[0] && host_root[0] != '/') {
+                fprintf(stderr, "%s: --host-root must be an absolute path\n", program.name);
+                cs_config_free(&program);
+                return 2;
         }
 
         rpc_global_init();

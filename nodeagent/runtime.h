@@ -57,6 +57,16 @@ typedef struct rt_proc {
         int pid, ppid; /* in the sandbox's pid namespace */
 } rt_proc;
 
+/* One container as the runtime lists it. */
+typedef struct rt_container {
+        char *id;
+        rt_state state;
+        pid_t pid;    /* its host process (runsc: the sandbox's), 0 if none */
+        char *bundle; /* its OCI bundle directory as the runtime recorded it (a host path) */
+} rt_container;
+
+void rt_containers_free(rt_container *c, size_t n);
+
 typedef struct runtime runtime;
 
 typedef struct runtime_ops {
@@ -67,6 +77,8 @@ typedef struct runtime_ops {
                      cs_error **err);
         /* Every container the backend knows (ids, malloc'd array of malloc'd strings). */
         int (*list)(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err);
+        /* The same with each container's state, host pid and bundle (malloc'd array). */
+        int (*list_details)(runtime *rt, rt_container **ret, size_t *ret_n, cs_error **err);
         /* Starts a process in the container with stdout/stderr on the given fds. */
         int (*exec)(runtime *rt, const rt_exec_spec *spec, rt_exec *ret, cs_error **err);
         /* Signals one process of the container (pid in its namespace). */
@@ -89,6 +101,7 @@ typedef struct runsc_config {
         const char *platform; /* --platform; empty: runsc's default */
         const char *network;  /* --network: none, sandbox or host */
         int64_t timeout_ms;   /* for each runsc command but exec */
+        bool create_root;     /* make the root directory if missing (local mode: it is ours) */
 } runsc_config;
 
 runtime *runtime_runsc_new(const runsc_config *cfg, cs_error **err);

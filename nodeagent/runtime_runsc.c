@@ -215,13 +215,14 @@ static int runsc_state(runtime *rt, const char *id, rt_state *ret, pid_t *ret_pi
         return 0;
 }
 
-static int runsc_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err)
+/* `runsc list --format=json`: an array of OCI states (null when there are none). */
+static int runsc_list_details(runtime *rt, rt_container **ret, size_t *ret_n, cs_error **err)
 {
         _cleanup_free_ char *out = NULL;
         const char *args[] = { "list", "--format=json", NULL };
         json_t *doc, *item;
         size_t i, n = 0;
-        char **ids;
+        rt_container *cs;
 
         if (runsc_run(RUNSC(rt), args, &out, err) < 0)
                 return -1;
@@ -230,17 +231,51 @@ static int runsc_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **er
                 json_decref(doc);
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "runsc list: unexpected output");
         }
-        ids = cs_xcalloc(json_is_array(doc) ? json_array_size(doc) + 1 : 1, sizeof(*ids));
+        cs = cs_xcalloc(json_is_array(doc) ? json_array_size(doc) + 1 : 1, sizeof(*cs));
         json_array_foreach(doc, i, item)
         {
                 const char *id = json_string_value(json_object_get(item, "id"));
-                if (id)
-                        ids[n++] = cs_xstrdup(id);
+                const char *status = json_string_value(json_object_get(item, "status"));
+                const char *bundle = json_string_value(json_object_get(item, "bundle"));
+                json_int_t pid = json_integer_value(json_object_get(item, "pid"));
+                if (!id)
+                        continue;
+                cs[n].id = cs_xstrdup(id);
+                cs[n].state = state_from_string(status ? status : "stopped");
+                cs[n].pid = pid > 0 ? (pid_t)pid : 0;
+                cs[n].bundle = cs_xstrdup(bundle ? bundle : "");
+                n++;
         }
         json_decref(doc);
+        *ret = cs;
+        *ret_n = n;
+        return 0;
+}
+
+static int runsc_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err)
+{
+        rt_container *cs = NULL;
+        size_t n = 0;
+        char **ids;
+
+        if (runsc_list_details(rt, &cs, &n, err) < 0)
+                return -1;
+        ids = cs_xcalloc(n + 1, sizeof(*ids));
+        for (size_t i = 0; i < n; i++)
+                ids[i] = TAKE_PTR(cs[i].id);
+        rt_containers_free(cs, n);
         *ret_ids = ids;
         *ret_n = n;
         return 0;
+}
+
+void rt_containers_free(rt_container *c, size_t n)
+{
+        for (size_t i = 0; c && i < n; i++) {
+                free(c[i].id);
+                free(c[i].bundle);
+        }
+        free(c);
 }
 
 static json_t *exec_process_json(const rt_exec_spec *spec)
@@ -373,6 +408,7 @@ static const runtime_ops runsc_ops = {
         .create = runsc_create,
         .state = runsc_state,
         .list = runsc_list,
+        .list_details = runsc_list_details,
         .exec = runsc_exec,
         .signal = runsc_signal,
         .processes = runsc_processes,
@@ -390,7 +426,7 @@ runtime *runtime_runsc_new(const runsc_config *cfg, cs_error **err)
                              "--runsc-network: '%s' is not none, sandbox or host", cfg->network);
                 return NULL;
         }
-        if (mkdir(cfg->root, 0700) < 0 && errno != EEXIST) {
+        if (cfg->create_root && mkdir(cfg->root, 0700) < 0 && errno != EEXIST) {
                 cs_error_errno(err, errno, "cannot create the runsc root %s", cfg->root);
                 return NULL;
         }

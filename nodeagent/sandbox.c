@@ -52,6 +52,12 @@ struct sandbox {
         sb_window *windows; /* execs being measured */
         int execs;
         int refs;
+
+        /* Kube mode: a container the kubelet made (sb_attach), keyed by container id and
+         * mount path; never persisted, stopped or removed by the registry. */
+        bool attached;
+        bool gone; /* the housekeeping found its container gone */
+        char *key;
 };
 
 struct sb_registry {
@@ -102,6 +108,7 @@ static void sandbox_free(sandbox *sb)
         free(sb->workspace_dir);
         free(sb->container_id);
         free(sb->cgroup_path);
+        free(sb->key);
         free(sb);
 }
 
@@ -124,7 +131,7 @@ static void set_message(sandbox *sb, const char *msg)
 static sandbox *find_locked(sb_registry *reg, const char *id)
 {
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
-                if (strcmp(sb->id, id) == 0)
+                if (!sb->attached && strcmp(sb->id, id) == 0)
                         return sb;
         }
         return NULL;
@@ -203,6 +210,8 @@ static void persist(sb_registry *reg, sandbox *sb)
         _cleanup_free_ char *dir = NULL;
         cs_error *err = NULL;
 
+        if (sb->attached)
+                return; /* kube mode keeps no records */
         pthread_mutex_lock(&reg->lock);
         doc = record_json_locked(sb);
         dir = cs_xstrdup(sb->dir);
@@ -433,7 +442,7 @@ static bool image_name_ok(const char *s)
 
 /* A mount path is absolute, clean (no "", "." or ".." components, no trailing slash), not
  * the root and not under the sandbox's /proc, /dev or /sys. */
-static bool mount_path_ok(const char *p)
+bool sb_mount_path_ok(const char *p)
 {
         static const char *const reserved[] = { "/proc", "/dev", "/sys" };
         size_t len = strlen(p);
@@ -484,7 +493,7 @@ static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs
         }
         if (!out->mount_path || !out->mount_path[0])
                 out->mount_path = SB_DEFAULT_MOUNT_PATH;
-        if (!mount_path_ok(out->mount_path))
+        if (!sb_mount_path_ok(out->mount_path))
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "mount_path must be a clean absolute path other than /, "
                                     "/proc, /dev and /sys, at most %d bytes",
@@ -901,6 +910,18 @@ void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t wri
 
 void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why)
 {
+        if (sb->attached) {
+                /* The kubelet owns the container: only the status this agent reports changes
+                 * (until the next state check), and usage keeps being read live. */
+                pthread_mutex_lock(&reg->lock);
+                if (sb->status == SB_READY || sb->status == SB_STARTING) {
+                        sb->status = SB_FAILED;
+                        set_message(sb, why);
+                }
+                pthread_mutex_unlock(&reg->lock);
+                reg_log(reg, true, sb->id, "container %s failed: %s", sb->container_id, why);
+                return;
+        }
         pthread_mutex_lock(&reg->lock);
         if (sb->status == SB_READY || sb->status == SB_STARTING)
                 set_failed_locked(reg, sb, why);
@@ -933,8 +954,9 @@ sb_window *sb_window_begin(sb_registry *reg, sandbox *sb)
         if (cgroup_read(reg->cg, sb->cgroup_path, &w->start, &err) < 0)
                 cs_error_freep(&err);
         /* Alone in the sandbox, the exec can have the kernel's own high-water mark: fold the
-         * sandbox's peak so far into its record, then reset the mark. */
-        if (alone && w->start.has_peak) {
+         * sandbox's peak so far into its record, then reset the mark. Not in kube mode: the
+         * pod cgroup is the kubelet's, and its peak is the pod's lifetime peak. */
+        if (alone && w->start.has_peak && !sb->attached) {
                 pthread_mutex_lock(&reg->lock);
                 if (w->start.memory_peak_bytes > sb->mem_max)
                         sb->mem_max = w->start.memory_peak_bytes;
@@ -1021,6 +1043,53 @@ static void rm_tree(const char *path)
         nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
+static sb_status status_of(rt_state st)
+{
+        switch (st) {
+        case RT_RUNNING:
+                return SB_READY;
+        case RT_CREATED:
+                return SB_STARTING;
+        default:
+                return SB_FAILED;
+        }
+}
+
+/* Kube mode: sample memory while running, follow the container's state. */
+static void housekeep_attached(sb_registry *reg, sandbox *sb, bool check_state)
+{
+        cgroup_sample s;
+        cs_error *err = NULL;
+        rt_state st = RT_RUNNING;
+
+        if (sb->status == SB_READY && cgroup_read(reg->cg, sb->cgroup_path, &s, &err) == 0) {
+                pthread_mutex_lock(&reg->lock);
+                sb->mem_sum += s.memory_bytes;
+                sb->mem_n++;
+                if (s.memory_bytes > sb->mem_max)
+                        sb->mem_max = s.memory_bytes;
+                for (sb_window *w = sb->windows; w; w = w->next)
+                        window_sample_locked(w, s.memory_bytes);
+                pthread_mutex_unlock(&reg->lock);
+        }
+        cs_error_freep(&err);
+        if (!check_state)
+                return;
+        if (reg->rt->ops->state(reg->rt, sb->container_id, &st, NULL, &err) < 0) {
+                cs_error_free(err);
+                return;
+        }
+        pthread_mutex_lock(&reg->lock);
+        if (st == RT_ABSENT) {
+                sb->gone = true;
+        } else if (status_of(st) != sb->status) {
+                sb->status = status_of(st);
+                set_message(sb, st == RT_STOPPED ? "the container has exited" : "");
+                pthread_cond_broadcast(&reg->cond);
+        }
+        pthread_mutex_unlock(&reg->lock);
+}
+
 /* One sandbox's periodic work: sample memory, notice a dead container, enforce max_runtime. */
 static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
 {
@@ -1029,6 +1098,10 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
         bool expired, dead = false;
         sb_status status;
 
+        if (sb->attached) {
+                housekeep_attached(reg, sb, check_state);
+                return;
+        }
         pthread_mutex_lock(&reg->lock);
         status = sb->status;
         expired = cs_now_monotonic_ms() - sb->started_mono_ms > sb->max_runtime_ms;
@@ -1082,9 +1155,10 @@ static void collect_garbage(sb_registry *reg)
         pthread_mutex_lock(&reg->lock);
         for (sandbox **p = &reg->list; *p;) {
                 sandbox *sb = *p;
-                if ((sb->status == SB_DESTROYED || sb->status == SB_FAILED) &&
-                    sb->delete_after_ms && now >= sb->delete_after_ms && sb->refs == 0 &&
-                    !sb->destroying) {
+                bool expired = !sb->attached &&
+                               (sb->status == SB_DESTROYED || sb->status == SB_FAILED) &&
+                               sb->delete_after_ms && now >= sb->delete_after_ms;
+                if ((expired || (sb->attached && sb->gone)) && sb->refs == 0 && !sb->destroying) {
                         *p = sb->next;
                         sb->next = dead;
                         dead = sb;
@@ -1096,6 +1170,21 @@ static void collect_garbage(sb_registry *reg)
         while (dead) {
                 sandbox *next = dead->next;
                 cs_error *ignored = NULL;
+                if (dead->attached) {
+                        bool shared = false;
+                        pthread_mutex_lock(&reg->lock);
+                        for (sandbox *o = reg->list; o && !shared; o = o->next)
+                                shared = o->attached &&
+                                         strcmp(o->container_id, dead->container_id) == 0;
+                        pthread_mutex_unlock(&reg->lock);
+                        if (!shared)
+                                rm_tree(dead->dir); /* exec scratch files, if any */
+                        reg_log(reg, false, dead->id, "container %s is gone: forgotten",
+                                dead->container_id);
+                        sandbox_free(dead);
+                        dead = next;
+                        continue;
+                }
                 /* A FAILED sandbox may still have a stopped container to delete. */
                 reg->rt->ops->destroy(reg->rt, dead->container_id, &ignored);
                 cs_error_free(ignored);
@@ -1134,7 +1223,7 @@ static void *housekeeper_main(void *arg)
                         cap++;
                 refs = cs_xcalloc(cap, sizeof(*refs));
                 for (sandbox *sb = reg->list; sb; sb = sb->next) {
-                        if (sb->status == SB_READY && !sb->destroying)
+                        if ((sb->status == SB_READY || sb->attached) && !sb->destroying)
                                 refs[n++] = ref_locked(sb);
                 }
                 pthread_mutex_unlock(&reg->lock);
@@ -1288,6 +1377,135 @@ static int load_records(sb_registry *reg, cs_error **err)
         return 0;
 }
 
+/* --- kube mode ------------------------------------------------------------------------ */
+
+static char *kube_dir(sb_registry *reg, const char *container_id)
+{
+        return container_id ? cs_xasprintf("%s/kube/%s", reg->state_dir, container_id)
+                            : cs_xasprintf("%s/kube", reg->state_dir);
+}
+
+/* Container ids are the runtime's (64 hex digits under containerd); anything that could
+ * leave the scratch directory is refused. */
+static bool container_id_ok(const char *id)
+{
+        size_t n = strlen(id);
+
+        if (n == 0 || n > 256 || id[0] == '.')
+                return false;
+        for (; *id; id++) {
+                if (!((*id >= 'a' && *id <= 'z') || (*id >= 'A' && *id <= 'Z') ||
+                      (*id >= '0' && *id <= '9') || *id == '-' || *id == '_' || *id == '.'))
+                        return false;
+        }
+        return true;
+}
+
+/* At start: the exec processes of the agent's previous life, in containers still running,
+ * are killed (as in local mode); scratch directories of containers that are gone go. */
+static int kube_open(sb_registry *reg, cs_error **err)
+{
+        _cleanup_free_ char *dir = kube_dir(reg, NULL);
+        DIR *d;
+        struct dirent *e;
+
+        if (mkdir_one(dir, 0700, err) < 0)
+                return -1;
+        d = opendir(dir);
+        if (!d)
+                return cs_error_errno(err, errno, "cannot read %s", dir);
+        while ((e = readdir(d))) {
+                sandbox tmp = { 0 };
+                rt_state st = RT_ABSENT;
+                cs_error *qerr = NULL;
+
+                if (!container_id_ok(e->d_name))
+                        continue;
+                tmp.container_id = e->d_name;
+                tmp.dir = kube_dir(reg, e->d_name);
+                if (reg->rt->ops->state(reg->rt, e->d_name, &st, NULL, &qerr) < 0) {
+                        reg_log(reg, true, NULL, "cannot query container %s: %s", e->d_name,
+                                qerr->msg);
+                        cs_error_free(qerr);
+                        st = RT_RUNNING; /* keep its files for the next start */
+                } else {
+                        kill_leftover_execs(reg, &tmp, st == RT_RUNNING);
+                }
+                if (st == RT_ABSENT)
+                        rm_tree(tmp.dir);
+                free(tmp.dir);
+        }
+        closedir(d);
+        return 0;
+}
+
+int sb_attach(sb_registry *reg, const sb_attach_spec *spec, sandbox **ret, cs_error **err)
+{
+        _cleanup_free_ char *key = NULL;
+        sandbox *sb;
+
+        if (!reg->cfg.kube)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "containers are attached in kube mode only");
+        if (!container_id_ok(spec->container_id))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "container id '%.80s' is not valid",
+                                    spec->container_id);
+        key = cs_xasprintf("%s:%s", spec->container_id, spec->mount_path);
+        pthread_mutex_lock(&reg->lock);
+        for (sb = reg->list; sb; sb = sb->next) {
+                if (sb->attached && strcmp(sb->key, key) == 0)
+                        break;
+        }
+        if (!sb) {
+                sb = cs_xcalloc(1, sizeof(*sb));
+                sb->attached = true;
+                sb->key = TAKE_PTR(key);
+                sb->container_id = cs_xstrdup(spec->container_id);
+                sb->mount_path = cs_xstrdup(spec->mount_path);
+                sb->workspace_dir = cs_xstrdup(spec->workspace_dir);
+                sb->cgroup_path = cs_xstrdup(spec->cgroup_path);
+                sb->dir = kube_dir(reg, spec->container_id);
+                sb->bundle_dir = cs_xstrdup("");
+                sb->tenant_id = cs_xstrdup("");
+                sb->session_id = cs_xstrdup("");
+                sb->image = cs_xstrdup(spec->image ? spec->image : "");
+                sb->cpu_millis = spec->cpu_millis;
+                sb->memory_bytes = spec->memory_bytes;
+                sb->created_at_ms = spec->created_at_ms;
+                sb->status_message = cs_xstrdup("");
+                sb->next = reg->list;
+                reg->list = sb;
+        }
+        /* The label is read unlocked by users of the entry: changed only while it has none. */
+        if (sb->refs == 0)
+                snprintf(sb->id, sizeof(sb->id), "%s", spec->label ? spec->label : "");
+        /* What the caller just read is the freshest there is (0: not read; a new entry is
+         * STARTING until the housekeeping's next state check). */
+        if (spec->status) {
+                sb->status = spec->status;
+                set_message(sb, spec->status_message);
+        } else if (!sb->status) {
+                sb->status = SB_STARTING;
+        }
+        if (spec->host_pid > 0)
+                sb->host_pid = spec->host_pid;
+        sb->gone = false;
+        ref_locked(sb);
+        pthread_mutex_unlock(&reg->lock);
+        /* The exec scratch directory (pid files that let a restarted agent kill leftovers). */
+        if (mkdir_one(sb->dir, 0700, err) < 0) {
+                sb_release(reg, sb);
+                return -1;
+        }
+        *ret = sb;
+        return 0;
+}
+
+void sb_snapshot(sb_registry *reg, sandbox *sb, sb_info *ret)
+{
+        info_fill(reg, sb, ret);
+}
+
 int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_log_fn log,
                      sb_registry **ret, cs_error **err)
 {
@@ -1313,19 +1531,26 @@ int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_
         pthread_cond_init(&reg->cond, &ca);
         pthread_condattr_destroy(&ca);
 
-        ws = cs_xasprintf("%s/workspaces", cfg->state_dir);
-        if (mkdir_one(reg->sandboxes_dir, 0700, err) < 0 || mkdir_one(ws, 0700, err) < 0 ||
-            load_records(reg, err) < 0) {
-                sb_registry_free(reg);
-                return -1;
+        if (cfg->kube) {
+                if (kube_open(reg, err) < 0) {
+                        sb_registry_free(reg);
+                        return -1;
+                }
+        } else {
+                ws = cs_xasprintf("%s/workspaces", cfg->state_dir);
+                if (mkdir_one(reg->sandboxes_dir, 0700, err) < 0 || mkdir_one(ws, 0700, err) < 0 ||
+                    load_records(reg, err) < 0) {
+                        sb_registry_free(reg);
+                        return -1;
+                }
+                for (sandbox *sb = reg->list; sb; sb = sb->next) {
+                        sb_status before = sb->status;
+                        reconcile_one(reg, sb);
+                        if (sb->status != before)
+                                persist(reg, sb);
+                }
+                destroy_strays(reg);
         }
-        for (sandbox *sb = reg->list; sb; sb = sb->next) {
-                sb_status before = sb->status;
-                reconcile_one(reg, sb);
-                if (sb->status != before)
-                        persist(reg, sb);
-        }
-        destroy_strays(reg);
         if (pthread_create(&reg->housekeeper, NULL, housekeeper_main, reg) != 0) {
                 cs_error_errno(err, errno, "cannot start the housekeeping thread");
                 sb_registry_free(reg);

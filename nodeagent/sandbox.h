@@ -1,4 +1,5 @@
-/* The node agent's sandboxes in local mode: their records, lifecycle and accounting.
+/* The node agent's sandboxes: in local mode their records, lifecycle and accounting; in kube
+ * mode the accounting of containers the kubelet made, attached on demand (sb_attach).
  *
  * The registry is the agent's memory of every sandbox it created: a record on disk per
  * sandbox (COMPUTE_STATE_DIR/sandboxes/<id>/sandbox.json, replaced atomically on every
@@ -72,18 +73,23 @@ typedef struct sb_config {
         int64_t sample_interval_ms; /* memory sampling and housekeeping period */
         int64_t start_timeout_ms;   /* how long a sandbox may take to reach READY */
         uint32_t max_sandboxes;     /* live (not destroyed) sandboxes at once */
+        bool kube; /* kube mode: no records, no creation; sandboxes come from sb_attach and
+                      the registry never stops or removes a container */
 } sb_config;
 
 typedef struct sb_registry sb_registry;
 typedef struct sandbox sandbox;
 
-/* Loads every record under state_dir, reconciles it with the runtime (running containers
- * are READY again, lost ones FAILED, exec processes left by a killed agent are killed,
+/* Local mode: loads every record under state_dir, reconciles it with the runtime (running
+ * containers are READY again, lost ones FAILED, exec processes left by a killed agent are killed,
  * containers without a record are destroyed) and starts the housekeeping thread.
  * `log` receives one line per notable event (may be NULL). */
 typedef void (*sb_log_fn)(bool warn, const char *sandbox_id, const char *msg);
 int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_log_fn log,
                      sb_registry **ret, cs_error **err);
+/* Kube mode (cfg->kube): nothing is loaded; the exec processes a previous life of the agent
+ * left in running containers (their pid files in STATE_DIR/kube/<container id>/) are killed;
+ * then the housekeeping thread starts. */
 void sb_registry_free(sb_registry *reg);
 
 /* Creates a sandbox (STARTING at once; READY when the runtime reports it running), or returns
@@ -106,6 +112,36 @@ void sb_infos_free(sb_info *infos, size_t n);
 /* Counts for the agent info. */
 void sb_counts(sb_registry *reg, uint32_t *ret_live, uint32_t *ret_ready, uint32_t *ret_destroyed,
                uint32_t *ret_execs);
+
+/* Whether p is a valid mount_path: absolute, clean, not / and not under /proc, /dev, /sys. */
+bool sb_mount_path_ok(const char *p);
+
+/* --- kube mode: containers found by the kube discovery ------------------------------------ */
+
+typedef struct sb_attach_spec {
+        const char *container_id;
+        const char *mount_path;    /* the workspace as the call names it (part of the key) */
+        const char *workspace_dir; /* its host side; "" when the container has no such mount */
+        const char *cgroup_path;   /* where usage is read: the pod cgroup */
+        const char *label;         /* the call's sandbox_id (logs, snapshots); "" if none */
+        const char *image;
+        pid_t host_pid;        /* the sandbox's host process (network counters), 0 if none */
+        int64_t created_at_ms; /* wall clock */
+        uint32_t cpu_millis;
+        uint64_t memory_bytes;
+        sb_status status; /* from the runtime's state, just read; 0: not read */
+        const char *status_message;
+} sb_attach_spec;
+
+/* Kube mode: the registry's entry for (container_id, mount_path), made on first use and kept
+ * while the container exists (its memory samples and the agent's file I/O accumulate there),
+ * updated with the spec's status, pid and label. Returns it referenced, like sb_acquire
+ * (release with sb_release). Entries whose container the housekeeping finds gone are dropped
+ * once unreferenced. */
+int sb_attach(sb_registry *reg, const sb_attach_spec *spec, sandbox **ret, cs_error **err);
+
+/* A snapshot (live usage) of a sandbox the caller holds. */
+void sb_snapshot(sb_registry *reg, sandbox *sb, sb_info *ret);
 
 /* --- using a sandbox (exec, file I/O) ---------------------------------------------------- */
 

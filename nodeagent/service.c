@@ -1,10 +1,15 @@
 /* nodeagent.v1.NodeAgent: protobuf in, internal structs to the registry, exec and workspace
- * modules, protobuf out. The only file of the agent that includes generated headers. */
+ * modules, protobuf out. The only file of the agent that includes generated headers.
+ *
+ * Both modes share everything past the lookup: a SandboxRef becomes a referenced registry
+ * sandbox (local: sb_acquire by sandbox_id; kube: the pod's container found by kube_find and
+ * attached with sb_attach), and exec, file I/O and usage run on that the same way. */
 #include "service.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,17 +53,18 @@ static Nodeagent__V1__SandboxInfo *info_to_pb(rpc_call *call, const sb_info *in)
         return m;
 }
 
-/* The sandbox id a SandboxRef names. Kube pod references need the kube discovery, which this
- * agent does not run. */
+/* The sandbox id a SandboxRef names (local mode). */
 static const char *ref_id(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, cs_error **err)
 {
         if (!ref) {
                 cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "ref is missing");
                 return NULL;
         }
-        if (ref->pod && ref->pod->pod_name && ref->pod->pod_name[0]) {
-                cs_error_set(err, GRPC_STATUS_UNIMPLEMENTED,
-                             "pod references need an agent in kube mode; this one is local");
+        if (ref->pod && ((ref->pod->pod_name && ref->pod->pod_name[0]) ||
+                         (ref->pod->pod_namespace && ref->pod->pod_namespace[0]))) {
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "this agent runs in local mode: name the sandbox by sandbox_id, "
+                             "not by pod");
                 return NULL;
         }
         if (!cs_uuid_valid(ref->sandbox_id)) {
@@ -68,6 +74,218 @@ static const char *ref_id(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, 
         rpc_call_set_sandbox_id(call, ref->sandbox_id);
         return ref->sandbox_id;
 }
+
+/* --- kube mode: from a pod reference to a registry sandbox ---------------------------- */
+
+#define KUBE_NAME_MAX 253 /* Kubernetes names (DNS subdomain); uids and container names fit */
+
+static bool kube_name_ok(const char *s, bool required)
+{
+        size_t n = s ? strlen(s) : 0;
+
+        if (n == 0)
+                return !required;
+        if (n > KUBE_NAME_MAX)
+                return false;
+        for (; *s; s++) {
+                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+                      (*s >= '0' && *s <= '9') || *s == '-' || *s == '.' || *s == '_'))
+                        return false;
+        }
+        return true;
+}
+
+/* Checks a kube-mode SandboxRef; fills *ret (strings borrowed) and the workspace mount path. */
+static int kube_ref_check(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, kube_ref *ret,
+                          const char **ret_mount_path, cs_error **err)
+{
+        const Nodeagent__V1__PodRef *pod = ref ? ref->pod : NULL;
+
+        if (!pod || !pod->pod_namespace[0] || !pod->pod_name[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "this agent runs in kube mode: ref.pod with pod_namespace "
+                                    "and pod_name is required");
+        if (!kube_name_ok(pod->pod_namespace, true) || !kube_name_ok(pod->pod_name, true) ||
+            !kube_name_ok(pod->pod_uid, false) || !kube_name_ok(pod->container_name, false))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "pod_namespace, pod_name, pod_uid and container_name must be "
+                                    "Kubernetes names of at most %d characters",
+                                    KUBE_NAME_MAX);
+        if (ref->sandbox_id[0]) {
+                if (!cs_uuid_valid(ref->sandbox_id))
+                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                            "sandbox_id is not a valid UUID");
+                rpc_call_set_sandbox_id(call, ref->sandbox_id);
+        }
+        *ret_mount_path = pod->mount_path[0] ? pod->mount_path : SB_DEFAULT_MOUNT_PATH;
+        if (!sb_mount_path_ok(*ret_mount_path))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "mount_path must be a clean absolute path other than /, "
+                                    "/proc, /dev and /sys, at most %d bytes",
+                                    SB_MOUNT_PATH_MAX);
+        *ret = (kube_ref){ .pod_namespace = pod->pod_namespace,
+                           .pod_name = pod->pod_name,
+                           .pod_uid = pod->pod_uid,
+                           .container_name = pod->container_name };
+        return 0;
+}
+
+static sb_status kube_status(rt_state st)
+{
+        switch (st) {
+        case RT_RUNNING:
+                return SB_READY;
+        case RT_CREATED:
+                return SB_STARTING;
+        case RT_STOPPED:
+                return SB_FAILED;
+        default:
+                return 0; /* not asked */
+        }
+}
+
+/* The registry's sandbox for a found container, referenced. */
+static int kube_attach(const kube_pod *pod, const char *mount_path, const char *label,
+                       sandbox **ret, cs_error **err)
+{
+        _cleanup_free_ char *ws = kube_workspace_dir(svc.kube, pod, mount_path);
+        sb_attach_spec spec = {
+                .container_id = pod->container_id,
+                .mount_path = mount_path,
+                .workspace_dir = ws ? ws : "",
+                .cgroup_path = pod->pod_cgroup,
+                .label = label,
+                .image = pod->c.image,
+                .host_pid = pod->pid,
+                .created_at_ms = pod->created_ms,
+                .cpu_millis = pod->c.cpu_millis,
+                .memory_bytes = pod->c.memory_bytes,
+                .status = kube_status(pod->state),
+                .status_message = pod->state == RT_STOPPED ? "the container has exited" : "",
+        };
+
+        return sb_attach(svc.reg, &spec, ret, err);
+}
+
+static bool fd_readable(int fd)
+{
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+
+        return fd >= 0 && poll(&p, 1, 0) == 1;
+}
+
+/* Kube mode: the pod's container as a referenced sandbox. need_ready (exec): a created
+ * container is waited for up to wait_ready_ms, a stopped one is FAILED_PRECONDITION. */
+static int kube_acquire(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, bool need_ready,
+                        int64_t wait_ready_ms, int cancel_fd, kube_pod *pod, sandbox **ret,
+                        cs_error **err)
+{
+        const char *mount_path;
+        kube_ref kr;
+        int64_t deadline = cs_now_monotonic_ms() + wait_ready_ms;
+
+        if (kube_ref_check(call, ref, &kr, &mount_path, err) < 0 ||
+            kube_find(svc.kube, &kr, need_ready, pod, err) < 0)
+                return -1;
+        while (need_ready && pod->state == RT_CREATED) {
+                if (cs_now_monotonic_ms() >= deadline) {
+                        cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                     "pod %s/%s: container %s is still starting", kr.pod_namespace,
+                                     kr.pod_name, pod->container_id);
+                        goto fail;
+                }
+                if (fd_readable(cancel_fd)) {
+                        cs_error_set(err, GRPC_STATUS_CANCELLED, "cancelled while waiting");
+                        goto fail;
+                }
+                usleep(100 * 1000);
+                if (svc.rt->ops->state(svc.rt, pod->container_id, &pod->state, NULL, err) < 0)
+                        goto fail;
+        }
+        if (need_ready && pod->state != RT_RUNNING) {
+                cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                             "pod %s/%s: container %s is not running (%s)", kr.pod_namespace,
+                             kr.pod_name, pod->container_id,
+                             pod->state == RT_ABSENT ? "gone" : "exited");
+                goto fail;
+        }
+        if (kube_attach(pod, mount_path, ref->sandbox_id, ret, err) < 0)
+                goto fail;
+        return 0;
+fail:
+        kube_pod_clear(pod);
+        return -1;
+}
+
+/* Either mode: the sandbox a ref names, referenced (release with sb_release). */
+static int acquire(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, bool need_ready,
+                   int64_t wait_ready_ms, int cancel_fd, sandbox **ret, cs_error **err)
+{
+        const char *id;
+
+        if (svc.kube) {
+                kube_pod pod = { 0 };
+                if (kube_acquire(call, ref, need_ready, wait_ready_ms, cancel_fd, &pod, ret, err) <
+                    0)
+                        return -1;
+                kube_pod_clear(&pod);
+                return 0;
+        }
+        id = ref_id(call, ref, err);
+        if (!id)
+                return -1;
+        return sb_acquire(svc.reg, id, need_ready, wait_ready_ms, cancel_fd, ret, err);
+}
+
+/* The PodRef a kube snapshot reports: the pod as found, with uid and container name. */
+static Nodeagent__V1__PodRef *pod_to_pb(rpc_call *call, const kube_pod *pod, const char *mount_path)
+{
+        Nodeagent__V1__PodRef *m = rpc_call_alloc(call, sizeof(*m));
+
+        nodeagent__v1__pod_ref__init(m);
+        m->pod_namespace = rpc_call_strdup(call, pod->c.pod_namespace);
+        m->pod_name = rpc_call_strdup(call, pod->c.pod_name);
+        m->pod_uid = rpc_call_strdup(call, pod->c.pod_uid);
+        m->container_name = rpc_call_strdup(call, pod->c.container_name);
+        m->mount_path = rpc_call_strdup(call, mount_path);
+        return m;
+}
+
+/* Kube mode: one pod's SandboxInfo, with live status and usage. */
+static int kube_describe(rpc_call *call, const Nodeagent__V1__SandboxRef *ref,
+                         Nodeagent__V1__SandboxInfo **ret, cs_error **err)
+{
+        kube_pod pod = { 0 };
+        sandbox *sb;
+        sb_info info = { 0 };
+        const char *mount_path;
+        kube_ref kr;
+
+        /* With the state (one runsc state): GetSandbox and GetUsage report it. */
+        if (kube_ref_check(call, ref, &kr, &mount_path, err) < 0 ||
+            kube_find(svc.kube, &kr, true, &pod, err) < 0)
+                return -1;
+        if (kube_attach(&pod, mount_path, ref->sandbox_id, &sb, err) < 0) {
+                kube_pod_clear(&pod);
+                return -1;
+        }
+        sb_snapshot(svc.reg, sb, &info);
+        sb_release(svc.reg, sb);
+        free(info.id);
+        info.id = cs_xstrdup(ref->sandbox_id); /* the call's, not the entry's first label */
+        *ret = info_to_pb(call, &info);
+        (*ret)->pod = pod_to_pb(call, &pod, mount_path);
+        sb_info_clear(&info);
+        kube_pod_clear(&pod);
+        return 0;
+}
+
+static const char kube_no_create[] =
+        "CreateSandbox is not available in kube mode: the frontend creates the pod through the "
+        "Kubernetes API server";
+static const char kube_no_destroy[] =
+        "DestroySandbox is not available in kube mode: the frontend deletes the pod (read the "
+        "final usage with GetUsage first)";
 
 /* --- lifecycle ------------------------------------------------------------------------- */
 
@@ -82,7 +300,8 @@ static int h_get_agent_info(rpc_call *call, const ProtobufCMessage *req_msg,
         (void)userdata;
         resp->node_name = (char *)svc.node_name;
         resp->agent_version = (char *)svc.version;
-        resp->mode = NODEAGENT__V1__AGENT_MODE__AGENT_MODE_LOCAL;
+        resp->mode = svc.kube ? NODEAGENT__V1__AGENT_MODE__AGENT_MODE_KUBE
+                              : NODEAGENT__V1__AGENT_MODE__AGENT_MODE_LOCAL;
         resp->runtime = (char *)svc.rt->ops->name;
         resp->runtime_version = (char *)svc.runtime_version;
         resp->cgroup_version = svc.cg->version == CGROUP_V2 ? "v2" : "v1";
@@ -92,6 +311,28 @@ static int h_get_agent_info(rpc_call *call, const ProtobufCMessage *req_msg,
                   &resp->sandboxes_destroyed, &resp->execs_running);
         resp->cpu_millis_capacity = svc.cpu_millis_capacity;
         resp->memory_bytes_capacity = svc.memory_bytes_capacity;
+        if (svc.kube) {
+                /* The pods on this node, as the runsc root shows them now. A failure to list
+                 * leaves the counts at 0: this call is the link's readiness probe. */
+                kube_pod *pods = NULL;
+                cs_error *lerr = NULL;
+
+                resp->max_sandboxes = 0;
+                resp->sandboxes_live = resp->sandboxes_ready = resp->sandboxes_destroyed = 0;
+                if (kube_list(svc.kube, "", &pods, &n, &lerr) < 0) {
+                        rpc_call_log(call, CS_LOG_WARN, "cannot list the pods: %s", lerr->msg);
+                        cs_error_free(lerr);
+                        return 0;
+                }
+                for (size_t i = 0; i < n; i++) {
+                        resp->sandboxes_live++;
+                        resp->sandboxes_ready += pods[i].state == RT_RUNNING;
+                        resp->cpu_millis_allocated += pods[i].c.cpu_millis;
+                        resp->memory_bytes_allocated += pods[i].c.memory_bytes;
+                }
+                kube_pods_free(pods, n);
+                return 0;
+        }
         if (sb_list(svc.reg, false, &infos, &n, err) < 0)
                 return -1;
         for (size_t i = 0; i < n; i++) {
@@ -122,6 +363,8 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         };
 
         (void)userdata;
+        if (svc.kube)
+                return cs_error_set(err, GRPC_STATUS_UNIMPLEMENTED, "%s", kube_no_create);
         rpc_call_set_sandbox_id(call, req->sandbox_id);
         if (max_runtime < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "max_runtime is negative");
@@ -141,11 +384,14 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
 {
         const Nodeagent__V1__DestroySandboxRequest *req = (const void *)req_msg;
         Nodeagent__V1__DestroySandboxResponse *resp = (void *)resp_msg;
-        const char *id = ref_id(call, req->ref, err);
+        const char *id;
         int64_t grace = req->grace ? pb_duration_ms(req->grace) : -1;
         sb_info info = { 0 };
 
         (void)userdata;
+        if (svc.kube)
+                return cs_error_set(err, GRPC_STATUS_UNIMPLEMENTED, "%s", kube_no_destroy);
+        id = ref_id(call, req->ref, err);
         if (!id)
                 return -1;
         if (req->grace && grace < 0)
@@ -162,14 +408,86 @@ static int h_get(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessa
 {
         const Nodeagent__V1__GetSandboxRequest *req = (const void *)req_msg;
         Nodeagent__V1__GetSandboxResponse *resp = (void *)resp_msg;
-        const char *id = ref_id(call, req->ref, err);
+        const char *id;
         sb_info info = { 0 };
 
         (void)userdata;
+        if (svc.kube)
+                return kube_describe(call, req->ref, &resp->sandbox, err);
+        id = ref_id(call, req->ref, err);
         if (!id || sb_describe(svc.reg, id, &info, err) < 0)
                 return -1;
         resp->sandbox = info_to_pb(call, &info);
         sb_info_clear(&info);
+        return 0;
+}
+
+/* Kube mode: every pod's sandbox container on this node, ordered by (namespace, name,
+ * container id); the page token is the last of those returned, "namespace/name/id". */
+static int kube_list_sandboxes(rpc_call *call, const Nodeagent__V1__ListSandboxesRequest *req,
+                               Nodeagent__V1__ListSandboxesResponse *resp, cs_error **err)
+{
+        size_t page = req->page_size && req->page_size < SVC_LIST_PAGE_MAX ? req->page_size
+                                                                           : SVC_LIST_PAGE_MAX;
+        _cleanup_free_ char *token = NULL;
+        char *after[3] = { NULL, NULL, NULL };
+        kube_pod *pods = NULL;
+        size_t n = 0, start = 0, count;
+
+        if (req->page_token[0]) {
+                char *save = NULL, *part;
+                size_t k = 0;
+                token = cs_xstrdup(req->page_token);
+                for (part = strtok_r(token, "/", &save); part && k < 3;
+                     part = strtok_r(NULL, "/", &save))
+                        after[k++] = part;
+                if (k != 3 || part || strlen(req->page_token) > 3 * 300)
+                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                            "page_token is not one this agent gave");
+        }
+        if (kube_list(svc.kube, "", &pods, &n, err) < 0)
+                return -1;
+        if (after[0]) {
+                while (start < n) {
+                        const kube_pod *p = &pods[start];
+                        int c = strcmp(p->c.pod_namespace, after[0]);
+                        if (!c)
+                                c = strcmp(p->c.pod_name, after[1]);
+                        if (!c)
+                                c = strcmp(p->container_id, after[2]);
+                        if (c > 0)
+                                break;
+                        start++;
+                }
+        }
+        count = n - start < page ? n - start : page;
+        resp->sandboxes = rpc_call_alloc(call, (count + 1) * sizeof(*resp->sandboxes));
+        for (size_t i = 0; i < count; i++) {
+                const kube_pod *p = &pods[start + i];
+                sandbox *sb;
+                sb_info info = { 0 };
+
+                if (kube_attach(p, SB_DEFAULT_MOUNT_PATH, "", &sb, err) < 0) {
+                        kube_pods_free(pods, n);
+                        return -1;
+                }
+                sb_snapshot(svc.reg, sb, &info);
+                sb_release(svc.reg, sb);
+                free(info.id);
+                info.id = cs_xstrdup("");
+                resp->sandboxes[resp->n_sandboxes] = info_to_pb(call, &info);
+                resp->sandboxes[resp->n_sandboxes]->pod = pod_to_pb(call, p, SB_DEFAULT_MOUNT_PATH);
+                resp->n_sandboxes++;
+                sb_info_clear(&info);
+        }
+        if (start + count < n && count > 0) {
+                const kube_pod *last = &pods[start + count - 1];
+                char *t = cs_xasprintf("%s/%s/%s", last->c.pod_namespace, last->c.pod_name,
+                                       last->container_id);
+                resp->next_page_token = rpc_call_strdup(call, t);
+                free(t);
+        }
+        kube_pods_free(pods, n);
         return 0;
 }
 
@@ -185,6 +503,8 @@ static int h_list(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMess
         char *end = NULL;
 
         (void)userdata;
+        if (svc.kube)
+                return kube_list_sandboxes(call, req, resp, err);
         if (req->page_token[0]) {
                 unsigned long long v = strtoull(req->page_token, &end, 10);
                 if (!end || *end || v > 1000000)
@@ -215,10 +535,21 @@ static int h_get_usage(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
 {
         const Nodeagent__V1__GetUsageRequest *req = (const void *)req_msg;
         Nodeagent__V1__GetUsageResponse *resp = (void *)resp_msg;
-        const char *id = ref_id(call, req->ref, err);
+        const char *id;
         sb_info info = { 0 };
 
         (void)userdata;
+        if (svc.kube) {
+                Nodeagent__V1__SandboxInfo *sb;
+                if (kube_describe(call, req->ref, &sb, err) < 0)
+                        return -1;
+                resp->sandbox_id = sb->sandbox_id;
+                resp->status = sb->status;
+                resp->usage = sb->usage;
+                resp->measured_at = pb_timestamp(call, cs_now_realtime_ms());
+                return 0;
+        }
+        id = ref_id(call, req->ref, err);
         if (!id || sb_describe(svc.reg, id, &info, err) < 0)
                 return -1;
         resp->sandbox_id = rpc_call_strdup(call, info.id);
@@ -286,7 +617,6 @@ static int send_completed(rpc_call *call, const exec_result *res, cs_error **err
 static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdata, cs_error **err)
 {
         const Nodeagent__V1__ExecRequest *req = (const void *)req_msg;
-        const char *id = ref_id(call, req->ref, err);
         int64_t wait_ready = pb_duration_ms(req->wait_ready_timeout);
         int64_t timeout = pb_duration_ms(req->timeout);
         exec_sink sink = { .write = sink_write, .userdata = call };
@@ -297,8 +627,6 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         int r;
 
         (void)userdata;
-        if (!id)
-                return -1;
         if (wait_ready < 0 || timeout < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "timeout and wait_ready_timeout must not be negative");
@@ -318,8 +646,8 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                              .timeout_ms = timeout };
         if (exec_validate(&er, err) < 0)
                 return -1;
-        if (sb_acquire(svc.reg, id, true, wait_ready ? wait_ready : SVC_DEFAULT_WAIT_READY_MS,
-                       rpc_call_cancel_fd(call), &sb, err) < 0)
+        if (acquire(call, req->ref, true, wait_ready ? wait_ready : SVC_DEFAULT_WAIT_READY_MS,
+                    rpc_call_cancel_fd(call), &sb, err) < 0)
                 return -1;
         sink.cancel_fd = rpc_call_cancel_fd(call);
         r = exec_run(svc.reg, svc.rt, sb, &er, &sink, &res, err);
@@ -339,14 +667,26 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
 static int open_workspace(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, sandbox **ret_sb,
                           ws_root *ret_root, cs_error **err)
 {
-        const char *id = ref_id(call, ref, err);
         int fd;
 
-        if (!id || sb_acquire(svc.reg, id, false, 0, -1, ret_sb, err) < 0)
+        if (acquire(call, ref, false, 0, -1, ret_sb, err) < 0)
                 return -1;
+        if (!sb_workspace_dir(*ret_sb)[0]) {
+                /* Kube mode: the pod has no volume mounted there. */
+                cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                             "the container has no volume mounted at %s: no workspace to reach",
+                             sb_mount_path(*ret_sb));
+                sb_release(svc.reg, *ret_sb);
+                return -1;
+        }
         fd = open(sb_workspace_dir(*ret_sb), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0) {
-                cs_error_errno(err, errno, "cannot open the workspace");
+                if (svc.kube)
+                        cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                     "the workspace's host directory %s is not reachable: %s",
+                                     sb_workspace_dir(*ret_sb), strerror(errno));
+                else
+                        cs_error_errno(err, errno, "cannot open the workspace");
                 sb_release(svc.reg, *ret_sb);
                 return -1;
         }

@@ -4,11 +4,15 @@
 #include <stdint.h>
 
 #include "cgroup.h"
+#include "kube.h"
 #include "rpc.h"
 #include "runtime.h"
 #include "sandbox.h"
 
 typedef struct agent_service {
+        /* NULL in local mode; in kube mode sandboxes are named by pod and found through it
+         * (the registry then only holds the attached containers' accounting). */
+        kube_finder *kube;
         sb_registry *reg;
         runtime *rt;
         const cgroup_fs *cg;

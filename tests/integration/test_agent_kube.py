@@ -1,0 +1,318 @@
+"""The node agent in kube mode against real runsc: pods started the way containerd's runsc
+shim starts them (tests/kube/cri.py: a pause container and the app container "sandbox" in one
+gVisor sandbox, CRI annotations in the bundles), found and served by the agent through its
+gRPC service (Debian's python3-grpcio).
+
+Usage: test_agent_kube.py BUILD_DIR [unittest args]"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
+from agent_client import collect_exec  # noqa: E402
+from agent_fixture import AgentProcess  # noqa: E402
+from cri import CriRuntime  # noqa: E402
+
+BUILD_DIR = sys.argv[1]
+NS = "compute-sandboxes"
+MIB = 1024 * 1024
+
+
+def code_of(fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+class KubeAgentTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Short: runsc keeps sockets under its root.
+        cls.tmp = tempfile.mkdtemp(prefix="h4k-", dir="/tmp")
+        cls.cri = CriRuntime(os.path.join(cls.tmp, "r"), os.path.join(cls.tmp, "s"),
+                             f"/compute-test-h4-{os.getpid()}/kubepods")
+        cls.pods = {}  # name -> (uid, pause id, app id, workspace dir)
+        cls.run_pod("pod-a", cpu_millis=500, memory_bytes=256 * MIB)
+        cls.agent = AgentProcess(BUILD_DIR, "--mode", "kube", "--runsc-root", cls.cri.root,
+                                 "--node-name", "node-h4")
+        cls.c = cls.agent.client
+        cls.pb = cls.c.pb
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            rc, tail = cls.agent.cleanup()
+        finally:
+            cls.cri.cleanup()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+        if rc != 0:
+            raise AssertionError(f"agent exited {rc}:\n{tail}")
+
+    @classmethod
+    def run_pod(cls, name, **kw):
+        uid = str(uuid.uuid4())
+        ws = os.path.join(cls.tmp, f"ws-{name}-{uid[:8]}")
+        os.makedirs(ws)
+        pause, app = cls.cri.run_pod(NS, name, uid, mounts={"/workspace": ws}, **kw)
+        cls.pods[name] = (uid, pause, app, ws)
+        return uid, pause, app, ws
+
+    # --- helpers ---
+
+    def ref(self, name="pod-a", uid=None, sandbox_id="", **pod):
+        if uid is None:
+            uid = self.pods[name][0] if name in self.pods else ""
+        return self.pb.SandboxRef(sandbox_id=sandbox_id, pod=self.pb.PodRef(
+            pod_namespace=pod.pop("namespace", NS), pod_name=name, pod_uid=uid, **pod))
+
+    def exec(self, *cmd, ref=None, env=None, working_dir="", timeout=120, **kw):
+        req = self.pb.ExecRequest(ref=ref or self.ref(), command=cmd[0], args=list(cmd[1:]),
+                                  env=env or {}, working_dir=working_dir, **kw)
+        return collect_exec(self.c.ExecStream(req, timeout=timeout))
+
+    def get(self, ref=None):
+        return self.c.GetSandbox(self.pb.GetSandboxRequest(ref=ref or self.ref()),
+                                 timeout=30).sandbox
+
+    def read(self, path, ref=None, **kw):
+        return self.c.ReadFile(self.pb.ReadFileRequest(ref=ref or self.ref(), path=path, **kw),
+                               timeout=30)
+
+    def write(self, path, data, ref=None, **kw):
+        return self.c.WriteFile(self.pb.WriteFileRequest(ref=ref or self.ref(), path=path,
+                                                         data=data, **kw), timeout=30)
+
+    def usage(self, ref=None):
+        return self.c.GetUsage(self.pb.GetUsageRequest(ref=ref or self.ref()), timeout=30)
+
+    # --- tests ---
+
+    def test_agent_info(self):
+        info = self.c.GetAgentInfo(self.pb.GetAgentInfoRequest(), timeout=30)
+        self.assertEqual(info.mode, self.pb.AGENT_MODE_KUBE)
+        self.assertEqual(info.node_name, "node-h4")
+        self.assertEqual(info.runtime, "runsc")
+        self.assertIn(info.cgroup_version, ("v1", "v2"))
+        self.assertGreaterEqual(info.sandboxes_live, 1)
+        self.assertGreaterEqual(info.sandboxes_ready, 1)
+        self.assertGreaterEqual(info.cpu_millis_allocated, 500)
+        self.assertGreaterEqual(info.memory_bytes_allocated, 256 * MIB)
+
+    def test_get_sandbox_ready_with_pod_details(self):
+        sid = str(uuid.uuid4())
+        sb = self.get(self.ref(sandbox_id=sid))
+        uid, pause, app, ws = self.pods["pod-a"]
+        self.assertEqual(sb.status, self.c.cpb.SANDBOX_STATUS_READY)
+        self.assertEqual(sb.sandbox_id, sid)
+        self.assertEqual((sb.tenant_id, sb.session_id), ("", ""))
+        self.assertEqual((sb.pod.pod_namespace, sb.pod.pod_name, sb.pod.pod_uid,
+                          sb.pod.container_name, sb.pod.mount_path),
+                         (NS, "pod-a", uid, "sandbox", "/workspace"))
+        self.assertEqual((sb.cpu_millis, sb.memory_bytes), (500, 256 * MIB))
+        self.assertEqual(sb.mount_path, "/workspace")
+        self.assertTrue(sb.image)
+        self.assertLess(abs(sb.created_at.seconds - time.time()), 3600)
+        # Without the uid (any pod of that name), and with the container named.
+        self.assertEqual(self.get(self.ref(uid="", container_name="sandbox")).status,
+                         self.c.cpb.SANDBOX_STATUS_READY)
+
+    def test_exec_streams_exit_codes_and_signals(self):
+        for code in (0, 1, 42):
+            out, err, done, events = self.exec("sh", "-c", f"echo out; echo err >&2; exit {code}")
+            self.assertEqual((out, err, done.exit_code, done.signal),
+                             (b"out\n", b"err\n", code, 0))
+            self.assertEqual(events[-1].WhichOneof("event"), "completed")
+        out, _, done, _ = self.exec("sh", "-c", "kill -KILL $$")
+        self.assertEqual((done.signal, done.exit_code), (signal.SIGKILL, 128 + signal.SIGKILL))
+        out, _, _, _ = self.exec("pwd")
+        self.assertEqual(out, b"/workspace\n")
+        out, _, _, _ = self.exec("sh", "-c", 'echo "$FOO"; pwd', env={"FOO": "bar"},
+                                 working_dir="/tmp")
+        self.assertEqual(out, b"bar\n/tmp\n")
+        # It runs in the app container (whose init is the keep-alive shell), not the pause.
+        out, _, _, _ = self.exec("cat", "/proc/1/cmdline")
+        self.assertIn(b"trap", out)
+        # Streamed: the first line arrives while the process still runs.
+        req = self.pb.ExecRequest(ref=self.ref(), command="sh",
+                                  args=["-c", "echo first; sleep 3; echo second"])
+        stream = self.c.ExecStream(req, timeout=60)
+        t0 = time.monotonic()
+        first = next(iter(stream))
+        self.assertEqual(first.stdout.data, b"first\n")
+        self.assertLess(time.monotonic() - t0, 2.5)
+        rest = list(stream)
+        self.assertEqual(rest[-1].completed.exit_code, 0)
+        self.assertEqual(code_of(self.exec, ""), grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_files_both_ways(self):
+        ws = self.pods["pod-a"][3]
+        _, err, done, _ = self.exec("sh", "-c", "mkdir -p d && echo from-exec > d/e.txt")
+        self.assertEqual(done.exit_code, 0, err)
+        self.assertEqual(self.read("d/e.txt").data, b"from-exec\n")
+        with open(os.path.join(ws, "d", "e.txt"), "rb") as f:
+            self.assertEqual(f.read(), b"from-exec\n")
+        self.assertEqual(self.write("w.txt", b"from-api").bytes_written, 8)
+        out, _, _, _ = self.exec("cat", "/workspace/w.txt")
+        self.assertEqual(out, b"from-api")
+        self.write("w.txt", b"+more", append=True)
+        self.assertEqual(self.read("w.txt").data, b"from-api+more")
+        entries = self.c.ListFiles(self.pb.ListFilesRequest(ref=self.ref(), path=".",
+                                                            recursive=True), timeout=30).entries
+        paths = {e.path: e for e in entries}
+        self.assertIn("w.txt", paths)
+        self.assertIn("d/e.txt", paths)
+        self.assertTrue(paths["d"].is_dir)
+        self.assertEqual(code_of(self.read, "nope.txt"), grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(code_of(self.read, "../../etc/passwd"),
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        os.symlink("/etc", os.path.join(ws, "escape"))
+        self.assertEqual(code_of(self.read, "escape/passwd"), grpc.StatusCode.PERMISSION_DENIED)
+        # A mount path the container does not have: no workspace to reach.
+        self.assertEqual(code_of(self.read, "w.txt", ref=self.ref(mount_path="/data")),
+                         grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_usage_grows_after_busy_exec(self):
+        before = self.usage()
+        self.assertEqual(before.status, self.c.cpb.SANDBOX_STATUS_READY)
+        _, _, done, _ = self.exec("sh", "-c", "end=$(($(date +%s)+2)); "
+                                  "while [ $(date +%s) -lt $end ]; do :; done")
+        self.assertEqual(done.exit_code, 0)
+        self.assertGreater(done.usage.cpu_ms, 200)
+        after = self.usage()
+        self.assertGreater(after.usage.cpu_ms, before.usage.cpu_ms + 200)
+        self.assertGreater(after.usage.memory_peak_bytes, 0)
+        self.write("usage.bin", b"x" * 4096)
+        self.assertGreaterEqual(self.usage().usage.disk_write_bytes,
+                                after.usage.disk_write_bytes + 4096)
+
+    def test_not_found_and_invalid_refs(self):
+        nf = grpc.StatusCode.NOT_FOUND
+        self.assertEqual(code_of(self.get, self.ref(uid=str(uuid.uuid4()))), nf)
+        self.assertEqual(code_of(self.get, self.ref("no-such-pod")), nf)
+        self.assertEqual(code_of(self.get, self.ref(namespace="other")), nf)
+        self.assertEqual(code_of(self.get, self.ref(container_name="other")), nf)
+        self.assertEqual(code_of(self.exec, "true", ref=self.ref(uid=str(uuid.uuid4()))), nf)
+        self.assertEqual(code_of(self.read, "x", ref=self.ref("no-such-pod")), nf)
+        inv = grpc.StatusCode.INVALID_ARGUMENT
+        pb = self.pb
+        self.assertEqual(code_of(self.c.GetSandbox, pb.GetSandboxRequest(), timeout=10), inv)
+        self.assertEqual(code_of(self.get, pb.SandboxRef(sandbox_id=str(uuid.uuid4()))), inv)
+        self.assertEqual(code_of(self.get, pb.SandboxRef(pod=pb.PodRef(pod_name="pod-a"))), inv)
+        self.assertEqual(code_of(self.get, self.ref(sandbox_id="not-a-uuid")), inv)
+        self.assertEqual(code_of(self.get, self.ref(mount_path="relative")), inv)
+        self.assertEqual(code_of(self.get, self.ref("../pod-a")), inv)
+        self.assertEqual(code_of(self.c.GetUsage, pb.GetUsageRequest(), timeout=10), inv)
+        self.assertEqual(code_of(self.exec, "true", ref=pb.SandboxRef()), inv)
+
+    def test_create_and_destroy_unimplemented(self):
+        pb = self.pb
+        self.assertEqual(code_of(self.c.CreateSandbox, pb.CreateSandboxRequest(
+            sandbox_id=str(uuid.uuid4()), tenant_id="t", session_id="s"), timeout=10),
+            grpc.StatusCode.UNIMPLEMENTED)
+        try:
+            self.c.DestroySandbox(pb.DestroySandboxRequest(ref=self.ref()), timeout=10)
+            self.fail("DestroySandbox succeeded in kube mode")
+        except grpc.RpcError as e:
+            self.assertEqual(e.code(), grpc.StatusCode.UNIMPLEMENTED)
+            self.assertIn("GetUsage", e.details())
+        self.assertEqual(self.get().status, self.c.cpb.SANDBOX_STATUS_READY)
+
+    def test_list_sandboxes_paged(self):
+        self.run_pod("pod-list-1")
+        self.run_pod("pod-list-2")
+        seen, token = [], ""
+        while True:
+            resp = self.c.ListSandboxes(self.pb.ListSandboxesRequest(page_size=1,
+                                                                    page_token=token),
+                                        timeout=30)
+            self.assertLessEqual(len(resp.sandboxes), 1)
+            seen += [(s.pod.pod_namespace, s.pod.pod_name) for s in resp.sandboxes]
+            token = resp.next_page_token
+            if not token:
+                break
+        for name in ("pod-a", "pod-list-1", "pod-list-2"):
+            self.assertIn((NS, name), seen)
+        self.assertEqual(seen, sorted(seen))
+        self.assertEqual(len(seen), len(set(seen)))
+        self.assertEqual(code_of(self.c.ListSandboxes, self.pb.ListSandboxesRequest(
+            page_token="garbage"), timeout=10), grpc.StatusCode.INVALID_ARGUMENT)
+        for name in ("pod-list-1", "pod-list-2"):
+            self.cri.stop_pod(self.pods.pop(name)[1])
+
+    def test_stopped_then_deleted_pod(self):
+        uid, pause, app, ws = self.run_pod("pod-stop")
+        ref = self.ref("pod-stop")
+        out, _, _, _ = self.exec("sh", "-c", "echo kept > k.txt; echo ok", ref=ref)
+        self.assertEqual(out, b"ok\n")
+        self.cri.stop_container(app)
+        self.assertEqual(self.get(ref).status, self.c.cpb.SANDBOX_STATUS_FAILED)
+        self.assertEqual(code_of(self.exec, "true", ref=ref), grpc.StatusCode.FAILED_PRECONDITION)
+        # The workspace is still there (FAILED sandboxes keep it).
+        self.assertEqual(self.read("k.txt", ref=ref).data, b"kept\n")
+        self.assertEqual(self.usage(ref).status, self.c.cpb.SANDBOX_STATUS_FAILED)
+        self.cri.stop_pod(pause)
+        self.pods.pop("pod-stop")
+        self.assertEqual(code_of(self.get, ref), grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(code_of(self.read, "k.txt", ref=ref), grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(code_of(self.exec, "true", ref=ref), grpc.StatusCode.NOT_FOUND)
+
+    def test_pod_recreated_under_the_same_name(self):
+        uid1, pause1, _, _ = self.run_pod("pod-again")
+        self.assertEqual(self.exec("true", ref=self.ref("pod-again"))[2].exit_code, 0)
+        self.cri.stop_pod(pause1)
+        uid2, _, _, ws2 = self.run_pod("pod-again")
+        self.assertNotEqual(uid1, uid2)
+        out, _, _, _ = self.exec("sh", "-c", "echo new > n.txt; echo ok",
+                                 ref=self.ref("pod-again", uid=""))
+        self.assertEqual(out, b"ok\n")
+        with open(os.path.join(ws2, "n.txt"), "rb") as f:
+            self.assertEqual(f.read(), b"new\n")
+        self.assertEqual(code_of(self.get, self.ref("pod-again", uid=uid1)),
+                         grpc.StatusCode.NOT_FOUND)
+        self.cri.stop_pod(self.pods.pop("pod-again")[1])
+
+    def test_zz_agent_restart_kill9(self):
+        # An exec in flight when the agent is killed: the restarted agent kills it.
+        req = self.pb.ExecRequest(ref=self.ref(), command="sleep", args=["4567"])
+        stream = self.c.ExecStream(req, timeout=120)
+        deadline = time.monotonic() + 20
+        while not [p for p in self.processes() if "sleep 4567" in p]:
+            self.assertLess(time.monotonic(), deadline, "the exec did not start")
+            time.sleep(0.2)
+        self.agent.stop(signal.SIGKILL)
+        try:
+            list(stream)
+        except grpc.RpcError:
+            pass
+        self.agent.restart()
+        self.assertEqual(self.get().status, self.c.cpb.SANDBOX_STATUS_READY)
+        deadline = time.monotonic() + 20
+        while [p for p in self.processes() if "sleep 4567" in p]:
+            self.assertLess(time.monotonic(), deadline, "the orphaned exec survived")
+            time.sleep(0.2)
+        out, _, _, _ = self.exec("echo", "still usable")
+        self.assertEqual(out, b"still usable\n")
+        self.write("after-restart.txt", b"r")
+        self.assertEqual(self.read("after-restart.txt").data, b"r")
+        self.assertIn("left by the agent's previous run", self.agent.log())
+
+    def processes(self):
+        out, _, _, _ = self.exec(
+            "sh", "-c",
+            'for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
+            'tr "\\0" " " < $p/cmdline 2>/dev/null; echo; done')
+        return [line for line in out.decode().splitlines() if line.strip()]
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
