@@ -1,9 +1,14 @@
 /* compute-frontend: serves compute.v1.ComputeService.
  *
  * Stateless: in local mode the node agents are the record, and the frontend learns from them
- * at start which sandbox lives where. Validates every request, schedules sandboxes through
- * its scheduler backend and relays exec and file calls to the agent that holds the sandbox. */
+ * at start which sandbox lives where; in kube mode the Kubernetes API server is, and the
+ * frontend watches the sandbox and node agent pods. Validates every request, schedules
+ * sandboxes through its scheduler backend and relays exec and file calls to the agent that
+ * holds the sandbox.
+ *
+ * `--mode gc` (kube only) runs one pass of the workspace PVC GC and exits: the CronJob. */
 #include <stdio.h>
+#include <string.h>
 
 #include "daemon.h"
 #include "scheduler.h"
@@ -13,38 +18,142 @@
 
 static cs_daemon_config cfg;
 static cs_agent_tls_config agent_tls;
-static char *agents, *sandbox_image;
-static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms;
+static char *scheduler_name, *mode, *agents, *sandbox_image;
+static char *kubeconfig, *kube_context, *sandbox_ns, *agent_ns, *agent_selector, *runtime_class;
+static char *pvc_storage_class, *pvc_workspace_size;
+static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms, agent_port, delete_grace_s;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_LISTEN", "127.0.0.1:50051"),
-        CS_AGENT_TLS_OPTIONS(agent_tls),
+        { "scheduler", "COMPUTE_SCHEDULER", CS_OPT_STRING, "local",
+          "Where sandboxes run: local (the node agents of --agents) or kube (gVisor pods and "
+          "workspace PVCs through the Kubernetes API server).",
+          &scheduler_name, 0, 0 },
+        { "mode", "COMPUTE_MODE", CS_OPT_STRING, "serve",
+          "serve (the gRPC API), or gc (one pass of the kube workspace GC, whatever "
+          "--scheduler says: delete the PVCs whose delete-after has passed, then exit 0, or 1 "
+          "on error).",
+          &mode, 0, 0 },
         { "agents", "COMPUTE_AGENTS", CS_OPT_STRING, "127.0.0.1:50052",
-          "Node agents to schedule sandboxes on: host:port, comma-separated.", &agents, 0, 0 },
+          "Local scheduler: node agents to schedule sandboxes on: host:port, comma-separated.",
+          &agents, 0, 0 },
         { "sandbox-image", "SANDBOX_IMAGE", CS_OPT_STRING, "",
-          "Image for sandboxes whose CreateSandbox names none (empty: the agent's default, "
-          "the host's root read-only).",
+          "Image for sandboxes whose CreateSandbox names none (local: empty is the agent's "
+          "default, the host's root read-only; kube: a container image, required unless "
+          "every CreateSandbox names one).",
           &sandbox_image, 0, 0 },
         { "agent-timeout-ms", "COMPUTE_AGENT_TIMEOUT_MS", CS_OPT_INT, "30000",
           "Deadline of each unary call to a node agent.", &agent_timeout_ms, 100, 600000 },
         { "agent-poll-ms", "COMPUTE_AGENT_POLL_MS", CS_OPT_INT, "1000",
-          "How often node agents are health-checked (an agent that comes back is listed "
-          "again).",
+          "Local scheduler: how often node agents are health-checked (an agent that comes "
+          "back is listed again).",
           &agent_poll_ms, 50, 60000 },
         { "wait-ready-ms", "COMPUTE_WAIT_READY_MS", CS_OPT_INT, "60000",
-          "How long ExecCommand waits for a STARTING sandbox before DEADLINE_EXCEEDED.",
+          "How long ExecCommand (and, in kube mode, file calls) wait for a STARTING sandbox "
+          "before DEADLINE_EXCEEDED.",
           &wait_ready_ms, 0, 600000 },
+        { "kubeconfig", "KUBECONFIG", CS_OPT_STRING, "",
+          "Kube: kubeconfig file for reaching the API server from outside the cluster; empty: "
+          "in-cluster (the service account's token and CA).",
+          &kubeconfig, 0, 0 },
+        { "kube-context", "COMPUTE_KUBE_CONTEXT", CS_OPT_STRING, "",
+          "Kube: the kubeconfig context to use (empty: its current-context).", &kube_context, 0,
+          0 },
+        { "sandbox-namespace", "COMPUTE_SANDBOX_NAMESPACE", CS_OPT_STRING, "compute-sandboxes",
+          "Kube: namespace of the sandbox pods and their workspace PVCs.", &sandbox_ns, 0, 0 },
+        { "agent-namespace", "COMPUTE_AGENT_NAMESPACE", CS_OPT_STRING, "",
+          "Kube: namespace of the node agent DaemonSet's pods (empty: the kubeconfig context's "
+          "or the service account's namespace).",
+          &agent_ns, 0, 0 },
+        { "agent-selector", "COMPUTE_AGENT_SELECTOR", CS_OPT_STRING,
+          "app.kubernetes.io/name=compute-node-agent",
+          "Kube: label selector of the node agent pods.", &agent_selector, 0, 0 },
+        { "agent-port", "COMPUTE_AGENT_PORT", CS_OPT_INT, "50052",
+          "Kube: the node agents' gRPC port, when their pod declares no container port named "
+          "\"grpc\".",
+          &agent_port, 1, 65535 },
+        { "runtime-class", "COMPUTE_RUNTIME_CLASS", CS_OPT_STRING, "gvisor",
+          "Kube: runtimeClassName of sandbox pods (empty: none, the cluster's default "
+          "runtime).",
+          &runtime_class, 0, 0 },
+        { "pvc-storage-class", "PVC_STORAGE_CLASS", CS_OPT_STRING, "",
+          "Kube: StorageClass of workspace PVCs whose CreateSandbox names none (empty: the "
+          "cluster's default).",
+          &pvc_storage_class, 0, 0 },
+        { "pvc-workspace-size", "PVC_WORKSPACE_SIZE", CS_OPT_STRING, "10Gi",
+          "Kube: size of workspace PVCs whose CreateSandbox names none.", &pvc_workspace_size, 0,
+          0 },
+        { "delete-grace-s", "COMPUTE_DELETE_GRACE_S", CS_OPT_INT, "86400",
+          "Kube: how long a destroyed sandbox's workspace PVC is kept (its delete-after is "
+          "the destroy time plus this) before the GC deletes it.",
+          &delete_grace_s, 0, 366ll * 86400 },
+        CS_AGENT_TLS_OPTIONS(agent_tls),
 };
 
 static const cs_program program = {
         .name = "compute-frontend",
         .summary = "Serves the compute.v1.ComputeService gRPC API and grpc.health.v1.Health, "
-                   "scheduling sandboxes on the node agents given by --agents.",
+                   "scheduling sandboxes on the node agents given by --agents (--scheduler "
+                   "local) or as gVisor pods through the Kubernetes API server (--scheduler "
+                   "kube). With --mode gc it runs one pass of the workspace PVC GC instead.",
         .options = options,
         .n_options = ARRAY_SIZE(options),
 };
 
 static const char *const services[] = { "compute.v1.ComputeService", NULL };
+
+static kube_config kube_cfg(void)
+{
+        return (kube_config){
+                .kubeconfig = kubeconfig,
+                .context = kube_context,
+                .sandbox_namespace = sandbox_ns,
+                .agent_namespace = agent_ns,
+                .agent_selector = agent_selector,
+                .agent_port = agent_port,
+                .runtime_class = runtime_class,
+                .pvc_storage_class = pvc_storage_class,
+                .pvc_workspace_size = pvc_workspace_size,
+                .delete_grace_s = delete_grace_s,
+                .agent_timeout_ms = agent_timeout_ms,
+                .wait_ready_ms = wait_ready_ms,
+        };
+}
+
+static int check_choices(cs_error **err)
+{
+        if (strcmp(scheduler_name, "local") != 0 && strcmp(scheduler_name, "kube") != 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--scheduler must be local or kube, not '%s'", scheduler_name);
+        if (strcmp(mode, "serve") != 0 && strcmp(mode, "gc") != 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--mode must be serve or gc, not '%s'", mode);
+        return 0;
+}
+
+/* --mode gc: one pass. */
+static int run_gc(cs_error **err)
+{
+        kube_config kc = kube_cfg();
+        unsigned deleted = 0;
+        int r = kube_gc_run(&kc, cs_now_realtime_ms(), &deleted, err);
+
+        log_info("%s: gc pass %s: %u workspace PVCs deleted", program.name,
+                 r < 0 ? "incomplete" : "done", deleted);
+        return r;
+}
+
+static scheduler *scheduler_new(cs_error **err)
+{
+        if (strcmp(scheduler_name, "kube") == 0) {
+                kube_config kc = kube_cfg();
+                return scheduler_kube_new(&kc, err);
+        }
+        local_config lc = { .agents = agents,
+                            .agent_timeout_ms = agent_timeout_ms,
+                            .poll_ms = agent_poll_ms };
+        return scheduler_local_new(&lc, err);
+}
 
 int main(int argc, char **argv)
 {
@@ -58,7 +167,7 @@ int main(int argc, char **argv)
         if (r == 0)
                 r = cs_daemon_setup_logging(&cfg, &err);
         if (r == 0)
-                r = cs_daemon_setup_agent_tls(&agent_tls, &err);
+                r = check_choices(&err);
         if (r != 0) {
                 if (err)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);
@@ -66,13 +175,17 @@ int main(int argc, char **argv)
                 return r > 0 ? 0 : 2;
         }
 
-        rpc_global_init();
-        {
-                local_config lc = { .agents = agents,
-                                    .agent_timeout_ms = agent_timeout_ms,
-                                    .poll_ms = agent_poll_ms };
-                sched = scheduler_local_new(&lc, &err);
+        if (strcmp(mode, "gc") == 0) {
+                r = run_gc(&err);
+                if (err)
+                        log_error("%s: %s", program.name, err->msg);
+                cs_config_free(&program);
+                return r < 0 ? 1 : 0;
         }
+
+        rpc_global_init();
+        if (cs_daemon_setup_agent_tls(&agent_tls, &err) == 0)
+                sched = scheduler_new(&err);
         if (sched)
                 srv = cs_daemon_server_new(&cfg, services, &err);
         if (srv) {
@@ -86,7 +199,11 @@ int main(int argc, char **argv)
                 }
         }
         if (srv) {
-                log_info("%s: scheduling on node agents %s", program.name, agents);
+                if (strcmp(scheduler_name, "kube") == 0)
+                        log_info("%s: scheduling gVisor pods in namespace %s", program.name,
+                                 sandbox_ns);
+                else
+                        log_info("%s: scheduling on node agents %s", program.name, agents);
                 cs_daemon_serve(srv, program.name, &err);
         }
         if (err)

@@ -1,6 +1,7 @@
 /* The frontend's scheduler seam: where sandboxes are created and which node agent serves a
- * sandbox. One ops table per backend: local (node agents given on the command line) now; the
- * Kubernetes backend (Pods and PVCs through the API server) slots in beside it. */
+ * sandbox. One ops table per backend: local (node agents given on the command line) and
+ * kube (Pods and PVCs through the Kubernetes API server, agents found from their DaemonSet's
+ * pods). */
 #pragma once
 
 #include <stdbool.h>
@@ -42,7 +43,9 @@ void fe_view_clear(fe_view *v);
 typedef struct fe_route {
         rpc_channel *channel;
         char sandbox_id[64];
-        char pod_namespace[64], pod_name[256]; /* kube mode */
+        /* kube mode: the PodRef the agent looks the sandbox up by */
+        char pod_namespace[64], pod_name[256], pod_uid[64];
+        char mount_path[1024 + 1];
 } fe_route;
 
 typedef struct scheduler scheduler;
@@ -72,3 +75,33 @@ typedef struct local_config {
 /* Connects to the agents and learns what sandboxes they hold before returning (an agent that
  * is down is learnt about when it comes back). */
 scheduler *scheduler_local_new(const local_config *cfg, cs_error **err);
+
+/* Kubernetes mode (see /work/kube-contract.md for the objects, names and labels). Strings
+ * are borrowed for the call; the scheduler copies what it keeps. */
+typedef struct kube_config {
+        const char *kubeconfig;        /* path; "" or NULL: in-cluster */
+        const char *context;           /* kubeconfig context; "": current */
+        const char *sandbox_namespace; /* sandbox pods and their PVCs */
+        const char *agent_namespace;   /* "": the kubeconfig's / service account's */
+        const char *agent_selector;    /* label selector of the node agent pods */
+        int64_t agent_port;            /* when the agent pod names no "grpc" port */
+        const char *runtime_class;
+        const char *pvc_storage_class; /* "": the cluster's default */
+        const char *pvc_workspace_size;
+        int64_t delete_grace_s;     /* PVC delete-after = destroy time + this */
+        int64_t agent_timeout_ms;   /* per unary call to an agent */
+        int64_t wait_ready_ms;      /* how long exec and file calls wait for a STARTING pod */
+        int64_t sync_timeout_ms;    /* start-up: how long to wait for the first LISTs (0: 30 s) */
+        int64_t request_timeout_ms; /* per API request (0: 30 s) */
+} kube_config;
+
+/* Connects to the API server and lists the sandbox pods and the agent pods before returning:
+ * NULL with *err (UNAVAILABLE, saying why) when that does not succeed in time. */
+scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err);
+
+/* One pass of the workspace GC: deletes the managed PVCs whose delete-after has passed
+ * (now_ms, wall clock), each with a UID precondition so that a PVC recreated under the same
+ * name is never touched, and deletes the sandbox pods an interrupted destroy left behind.
+ * Idempotent; two passes at once are safe (the loser's deletes find 404 or 409). Logs every
+ * deletion. *ret_deleted: the PVCs this pass deleted. */
+int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, cs_error **err);

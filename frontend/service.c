@@ -63,6 +63,8 @@ static Nodeagent__V1__SandboxRef *route_ref(rpc_call *call, const fe_route *rout
                 nodeagent__v1__pod_ref__init(pod);
                 pod->pod_namespace = rpc_call_strdup(call, route->pod_namespace);
                 pod->pod_name = rpc_call_strdup(call, route->pod_name);
+                pod->pod_uid = rpc_call_strdup(call, route->pod_uid);
+                pod->mount_path = rpc_call_strdup(call, route->mount_path);
                 ref->pod = pod;
         }
         return ref;

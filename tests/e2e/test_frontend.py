@@ -74,8 +74,18 @@ class Frontend:
     def thread_count(self):
         return len(os.listdir(f"/proc/{self.proc.pid}/task"))
 
+    def thread_names(self):
+        return sorted(open(f"/proc/{self.proc.pid}/task/{t}/comm").read().strip()
+                      for t in os.listdir(f"/proc/{self.proc.pid}/task"))
+
 
 class FrontendTest(unittest.TestCase):
+    # Local mode knows its images (directories on the agent); in kube mode any image
+    # reference is accepted and a bad one shows as a pod that never starts.
+    IMAGES_CHECKED = True
+    # fds the frontend may hold after a burst that are not leaks (pools with a fixed cap).
+    FD_SLACK = 2
+
     @classmethod
     def setUpClass(cls):
         cls.agent = AgentProcess(BUILD_DIR)
@@ -95,6 +105,12 @@ class FrontendTest(unittest.TestCase):
 
     def new_session(self):
         return "tenant-" + uuid.uuid4().hex[:8], "session-" + uuid.uuid4().hex[:8]
+
+    def leftover_containers(self, sids):
+        """The containers of these (destroyed) sandboxes still there."""
+        live = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-quiet"],
+                              capture_output=True, text=True).stdout.split()
+        return [cid for cid in live if cid[3:] in sids]
 
     # --- lifecycle ---
 
@@ -135,7 +151,8 @@ class FrontendTest(unittest.TestCase):
         unknown = str(uuid.uuid4())
         self.assertEqual(code_of(c.create, "", "s"), INVALID)
         self.assertEqual(code_of(c.create, "t", ""), INVALID)
-        self.assertEqual(code_of(c.create, "t", "s", image="no-such-image"), INVALID)
+        if self.IMAGES_CHECKED:
+            self.assertEqual(code_of(c.create, "t", "s", image="no-such-image"), INVALID)
         for bad in ("", "nope", "123", unknown + "0"):
             with self.subTest(id=bad):
                 self.assertEqual(code_of(c.describe, bad), INVALID)
@@ -282,12 +299,14 @@ class FrontendTest(unittest.TestCase):
         for sid in sids:
             self.assertEqual(self.c.describe(sid).status, self.c.pb.SANDBOX_STATUS_DESTROYED)
         # Nothing left behind: containers, sandbox processes, frontend fds and threads.
-        live = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-quiet"],
-                              capture_output=True, text=True).stdout.split()
-        self.assertEqual([cid for cid in live if cid[3:] in sids], [])
-        time.sleep(1)
-        self.assertLessEqual(self.fe.fd_count(), fds + 2)
-        self.assertLessEqual(self.fe.thread_count(), threads + 2)
+        self.assertEqual(self.leftover_containers(sids), [])
+        # gRPC's own pools shrink lazily after a burst: a leak never settles, a pool does.
+        deadline = time.monotonic() + 20
+        while (self.fe.fd_count() > fds + self.FD_SLACK or self.fe.thread_count() > threads + 2) and \
+                time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.assertLessEqual(self.fe.fd_count(), fds + self.FD_SLACK)
+        self.assertLessEqual(self.fe.thread_count(), threads + 2, self.fe.thread_names())
 
 
 class FrontendRestartTest(unittest.TestCase):

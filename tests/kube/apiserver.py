@@ -1324,6 +1324,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _dispatch(self, method):
         api = self.server.api
         self._code = 0
+        self._body_read = False  # per request: a keep-alive connection reuses this handler
         target = self.path
         url = urllib.parse.urlsplit(target)
         path = url.path

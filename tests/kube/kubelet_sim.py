@@ -36,6 +36,7 @@ CLI:     /usr/bin/python3 tests/kube/kubelet_sim.py --kubeconfig K --node-name N
 
 import argparse
 import base64
+import concurrent.futures
 import copy
 import datetime
 import hashlib
@@ -345,7 +346,8 @@ class PodRecord:
 class KubeletSim:
     def __init__(self, kubeconfig=None, node_name="node-1", state_dir=None, runsc_root=None,
                  cgroup_prefix="compute-test-kubelet", runtime_classes=("gvisor",), client=None,
-                 cri=None, node_ip="127.0.0.1", schedule=True, bind_pvcs=True, verbose=False):
+                 cri=None, node_ip="127.0.0.1", schedule=True, bind_pvcs=True, verbose=False,
+                 pod_workers=8):
         self.node = node_name
         self.state_dir = os.path.abspath(state_dir or tempfile.mkdtemp(prefix="kubelet-sim-"))
         os.makedirs(os.path.join(self.state_dir, "volumes"), exist_ok=True)
@@ -374,6 +376,9 @@ class KubeletSim:
         self.pvcs = Informer(self.client, "/api/v1/persistentvolumeclaims", {}, self.wake.set,
                              self.stop_ev, "pvcs")
         self.thread = threading.Thread(target=self._loop, daemon=True, name="kubelet-" + node_name)
+        self.workers = concurrent.futures.ThreadPoolExecutor(max_workers=pod_workers,
+                                                             thread_name_prefix="pod-" + node_name)
+        self.inflight = set()  # uids of pods a worker is syncing
 
     # ---- lifecycle ----
     def start(self):
@@ -392,6 +397,7 @@ class KubeletSim:
         self.wake.set()
         if self.thread.is_alive():
             self.thread.join(60)
+        self.workers.shutdown(wait=True)
         if cleanup:
             with self.lock:
                 recs = list(self.records.values())
@@ -603,13 +609,31 @@ class KubeletSim:
                 self._stop_containers(r, force=True)
                 with self.lock:
                     self.records.pop(uid, None)
+        # One worker per pod at a time, pods in parallel (the kubelet's pod workers): a pod
+        # being started or stopped does not hold up the others.
         for uid, pod in pods.items():
-            try:
-                self._sync_pod(pod)
-            except ApiStatusError as e:
-                if e.retry_after:
-                    raise
-                self._log("sync %s: %s" % (pod["metadata"]["name"], e))
+            with self.lock:
+                if uid in self.inflight:
+                    continue
+                self.inflight.add(uid)
+            self.workers.submit(self._pod_worker, uid, pod)
+
+    def _pod_worker(self, uid, pod):
+        try:
+            self._sync_pod(pod)
+        except ApiStatusError as e:
+            if e.retry_after:
+                self.not_before = time.time() + e.retry_after
+            self._log("sync %s: %s" % (pod["metadata"]["name"], e))
+        except (OSError, http.client.HTTPException) as e:
+            self._log("sync %s: %s" % (pod["metadata"]["name"], e))
+        except Exception as e:
+            log("sync %s: unexpected %r" % (pod["metadata"]["name"], e))
+            import traceback
+            traceback.print_exc()
+        finally:
+            with self.lock:
+                self.inflight.discard(uid)
 
     def _sync_pod(self, pod):
         md, spec = pod["metadata"], pod["spec"]

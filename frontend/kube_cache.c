@@ -1,0 +1,625 @@
+/* The list+watch cache (see kube_cache.h).
+ *
+ * One thread per cache runs a small state machine:
+ *   LIST   every page of the collection into a fresh map; the first page's resourceVersion
+ *          becomes the cache's. Success swaps the map in and marks the cache synced.
+ *   WATCH  from the cache's resourceVersion. Events replace or remove objects and advance the
+ *          resourceVersion, bookmarks only advance it. A watch the server ends normally is
+ *          reopened from there; 410 Gone (as the answer or as an ERROR event) goes back to
+ *          LIST; anything else backs off and reopens the watch from the same place.
+ * Failures back off exponentially with jitter, capped, and the API server's Retry-After
+ * (the Status body's details.retryAfterSeconds: the client does not expose headers) is
+ * honoured. A failing incident is logged once when it starts and once when it ends. */
+#include "kube_cache.h"
+
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+
+#include "log.h"
+#include "util.h"
+
+#define DEFAULT_WATCH_TIMEOUT_S 300
+#define DEFAULT_PAGE_LIMIT      500
+#define DEFAULT_BACKOFF_MIN_MS  200
+#define DEFAULT_BACKOFF_MAX_MS  30000
+/* A continue token that expires mid-list restarts the list; this many times in a row is a
+ * failure (the collection changes faster than it can be read). */
+#define MAX_LIST_RESTARTS 3
+/* A watch that ends normally this soon without an event backs off like a failure, so a
+ * server that closes every watch at once is not hammered. */
+#define SHORT_WATCH_MS 1000
+
+struct kube_cache {
+        kube_client *client;
+        char *path, *selector, *what;
+        int64_t watch_timeout_s, page_limit, backoff_min_ms, backoff_max_ms;
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        json_t *objects; /* name -> object */
+        char *rv;        /* of the collection: the last list, event or bookmark */
+        uint64_t version;
+        bool synced, stopping;
+        char *last_error;
+
+        int stop_fd;
+        pthread_t thread;
+        bool started;
+
+        /* The thread's own. */
+        int64_t backoff_ms, retry_after_ms;
+        bool failing;
+        unsigned failures;
+        uint64_t rng;
+};
+
+typedef enum watch_end {
+        WATCH_ENDED,  /* normally: reopen from the last resourceVersion */
+        WATCH_GONE,   /* 410: relist */
+        WATCH_FAILED, /* back off, then reopen */
+        WATCH_STOP,
+} watch_end;
+
+/* --- helpers --------------------------------------------------------------------------- */
+
+static uint64_t rng_next(kube_cache *c)
+{
+        /* xorshift64*: jitter only, nothing secret. */
+        c->rng ^= c->rng >> 12;
+        c->rng ^= c->rng << 25;
+        c->rng ^= c->rng >> 27;
+        return c->rng * 2685821657736338717ull;
+}
+
+/* resourceVersions are opaque to clients, but every API server backed by etcd uses its
+ * revision, a decimal integer: compare those; anything else compares as unknown (-1). */
+static int rv_cmp(const char *a, const char *b)
+{
+        char *end;
+        unsigned long long x, y;
+
+        if (!a || !b || !a[0] || !b[0])
+                return -2;
+        errno = 0;
+        x = strtoull(a, &end, 10);
+        if (*end || errno)
+                return -2;
+        y = strtoull(b, &end, 10);
+        if (*end || errno)
+                return -2;
+        return x < y ? -1 : x > y;
+}
+
+static const char *obj_rv(json_t *obj)
+{
+        return kube_get_str(obj, "metadata.resourceVersion");
+}
+
+static void set_rv_locked(kube_cache *c, const char *rv)
+{
+        if (!rv || !rv[0])
+                return;
+        free(c->rv);
+        c->rv = cs_xstrdup(rv);
+}
+
+/* Waits up to ms or until stopped. Returns false when stopped. */
+static bool sleep_ms(kube_cache *c, int64_t ms)
+{
+        struct pollfd p = { .fd = c->stop_fd, .events = POLLIN };
+        int64_t end = cs_now_monotonic_ms() + ms;
+
+        for (;;) {
+                int64_t left = end - cs_now_monotonic_ms();
+                if (left <= 0)
+                        return true;
+                if (poll(&p, 1, (int)(left > 60000 ? 60000 : left)) > 0)
+                        return false;
+        }
+}
+
+/* The Status body's details.retryAfterSeconds, in ms (0: none). */
+static int64_t retry_after_ms(json_t *status)
+{
+        json_t *v = kube_get_key(status, "details", "retryAfterSeconds", NULL);
+
+        return json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) * 1000 : 0;
+}
+
+/* Records a failure: logged when an incident starts, kept for wait_synced's message. */
+static void note_failure(kube_cache *c, const char *msg)
+{
+        c->failures++;
+        if (!c->failing)
+                log_warn("%s: %s (retrying with backoff until it recovers)", c->what, msg);
+        c->failing = true;
+        pthread_mutex_lock(&c->lock);
+        free(c->last_error);
+        c->last_error = cs_xstrdup(msg);
+        pthread_mutex_unlock(&c->lock);
+}
+
+static void note_success(kube_cache *c)
+{
+        if (c->failing)
+                log_info("%s: recovered after %u failed attempts", c->what, c->failures);
+        c->failing = false;
+        c->failures = 0;
+        c->backoff_ms = 0;
+        c->retry_after_ms = 0;
+}
+
+/* Sleeps for the next backoff step. Returns false when stopped. */
+static bool backoff(kube_cache *c)
+{
+        int64_t d;
+
+        c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : c->backoff_min_ms;
+        if (c->backoff_ms > c->backoff_max_ms)
+                c->backoff_ms = c->backoff_max_ms;
+        /* "Equal jitter": half fixed, half random, so replicas spread out but never retry at
+         * once. */
+        d = c->backoff_ms / 2 + (int64_t)(rng_next(c) % (uint64_t)(c->backoff_ms / 2 + 1));
+        if (c->retry_after_ms > d)
+                d = c->retry_after_ms > c->backoff_max_ms ? c->backoff_max_ms : c->retry_after_ms;
+        c->retry_after_ms = 0;
+        return sleep_ms(c, d);
+}
+
+/* A failed response: its message, and its Retry-After. */
+static void note_http_failure(kube_cache *c, const char *verb, const kube_response *resp)
+{
+        _cleanup_free_ char *msg = cs_xasprintf("%s %s: HTTP %ld: %s", verb, c->path, resp->status,
+                                                kube_response_message(resp));
+
+        c->retry_after_ms = retry_after_ms(resp->body);
+        note_failure(c, msg);
+}
+
+/* --- LIST ------------------------------------------------------------------------------ */
+
+static char *list_path(kube_cache *c, const char *cont)
+{
+        _cleanup_free_ char *cont_q = cont ? kube_escape(cont) : NULL;
+
+        return cs_xasprintf("%s?limit=%" PRId64 "%s%s%s%s", c->path, c->page_limit,
+                            c->selector ? "&labelSelector=" : "", c->selector ? c->selector : "",
+                            cont_q ? "&continue=" : "", cont_q ? cont_q : "");
+}
+
+/* Reads one page into objects; *ret_cont is the continue token (NULL on the last page).
+ * 1 when the continue token expired, 0 on success, -1 on failure (noted). */
+static int list_page(kube_cache *c, const char *cont, json_t *objects, char **ret_rv,
+                     char **ret_cont)
+{
+        _cleanup_free_ char *path = list_path(c, cont);
+        _cleanup_error_ cs_error *err = NULL;
+        kube_response resp = { 0 };
+        json_t *items, *item;
+        const char *s;
+        size_t i;
+
+        if (kube_request(c->client, "GET", path, NULL, &resp, &err) < 0) {
+                note_failure(c, err->msg);
+                return -1;
+        }
+        if (resp.status == 410 && cont) {
+                kube_response_clear(&resp);
+                return 1;
+        }
+        if (resp.status != 200 || !json_is_object(resp.body)) {
+                note_http_failure(c, "LIST", &resp);
+                kube_response_clear(&resp);
+                return -1;
+        }
+        items = json_object_get(resp.body, "items");
+        json_array_foreach(items, i, item)
+        {
+                const char *name = kube_get_str(item, "metadata.name");
+                if (name)
+                        json_object_set(objects, name, item);
+        }
+        s = kube_get_str(resp.body, "metadata.resourceVersion");
+        if (!*ret_rv && s)
+                *ret_rv = cs_xstrdup(s);
+        s = kube_get_str(resp.body, "metadata.continue");
+        *ret_cont = s && s[0] ? cs_xstrdup(s) : NULL;
+        kube_response_clear(&resp);
+        return 0;
+}
+
+/* Lists the whole collection and swaps it in. 0, or -1 (noted). */
+static int do_list(kube_cache *c)
+{
+        for (unsigned restarts = 0;; restarts++) {
+                json_t *objects = json_object();
+                _cleanup_free_ char *rv = NULL, *cont = NULL;
+                int r;
+
+                do {
+                        char *next = NULL;
+                        r = list_page(c, cont, objects, &rv, &next);
+                        free(cont);
+                        cont = next;
+                } while (r == 0 && cont);
+                if (r == 0) {
+                        pthread_mutex_lock(&c->lock);
+                        json_decref(c->objects);
+                        c->objects = objects;
+                        set_rv_locked(c, rv);
+                        c->version++;
+                        if (!c->synced)
+                                log_info("%s: synced (%zu objects)", c->what,
+                                         json_object_size(objects));
+                        c->synced = true;
+                        pthread_cond_broadcast(&c->cond);
+                        pthread_mutex_unlock(&c->lock);
+                        return 0;
+                }
+                json_decref(objects);
+                if (r < 0)
+                        return -1;
+                if (restarts + 1 >= MAX_LIST_RESTARTS) {
+                        note_failure(c, "LIST: the continue token kept expiring");
+                        return -1;
+                }
+                log_info("%s: a LIST continue token expired; listing again", c->what);
+        }
+}
+
+/* --- WATCH ----------------------------------------------------------------------------- */
+
+typedef struct watch_state {
+        kube_cache *c;
+        unsigned events;
+        char *error; /* an ERROR event that is not 410 */
+} watch_state;
+
+enum {
+        EV_GONE = 1,
+        EV_ERROR = 2
+};
+
+static void apply_locked(kube_cache *c, const char *type, json_t *obj)
+{
+        const char *name = kube_get_str(obj, "metadata.name");
+        const char *rv = obj_rv(obj);
+
+        if (!name)
+                return;
+        if (strcmp(type, "DELETED") == 0) {
+                json_object_del(c->objects, name);
+        } else {
+                json_t *old = json_object_get(c->objects, name);
+                /* An upsert may have put a newer copy there already. */
+                if (!old || rv_cmp(obj_rv(old), rv) != 1)
+                        json_object_set(c->objects, name, obj);
+        }
+        set_rv_locked(c, rv);
+        c->version++;
+        pthread_cond_broadcast(&c->cond);
+}
+
+static int on_event(const char *type, json_t *obj, void *userdata)
+{
+        watch_state *ws = userdata;
+        kube_cache *c = ws->c;
+
+        ws->events++;
+        if (strcmp(type, "ERROR") == 0) {
+                json_t *code = json_object_get(obj, "code");
+                if (json_integer_value(code) == 410)
+                        return EV_GONE;
+                ws->error = cs_xasprintf("WATCH %s: ERROR event %" JSON_INTEGER_FORMAT ": %s",
+                                         c->path, json_integer_value(code),
+                                         kube_get_str(obj, "message") ?: "(no message)");
+                c->retry_after_ms = retry_after_ms(obj);
+                return EV_ERROR;
+        }
+        /* Events flow again: the incident (if any) is over, and the backoff starts afresh. */
+        if (ws->events == 1)
+                note_success(c);
+        pthread_mutex_lock(&c->lock);
+        if (strcmp(type, "BOOKMARK") == 0)
+                set_rv_locked(c, obj_rv(obj));
+        else if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0 ||
+                 strcmp(type, "DELETED") == 0)
+                apply_locked(c, type, obj);
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
+static watch_end do_watch(kube_cache *c)
+{
+        watch_state ws = { .c = c };
+        _cleanup_error_ cs_error *err = NULL;
+        _cleanup_free_ char *path = NULL, *rv = NULL;
+        json_t *body = NULL;
+        long status = 0;
+        bool cancelled = false;
+        int64_t timeout_s, started = cs_now_monotonic_ms();
+        int r;
+
+        /* Between the timeout and twice it, as client-go does, so replicas' watches do not
+         * all end at once. */
+        timeout_s = c->watch_timeout_s + (int64_t)(rng_next(c) % (uint64_t)c->watch_timeout_s);
+        pthread_mutex_lock(&c->lock);
+        rv = cs_xstrdup(c->rv ? c->rv : "");
+        pthread_mutex_unlock(&c->lock);
+        path = cs_xasprintf("%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
+                            "&timeoutSeconds=%" PRId64 "%s%s",
+                            c->path, rv, timeout_s, c->selector ? "&labelSelector=" : "",
+                            c->selector ? c->selector : "");
+        /* The server ends the watch at timeoutSeconds; silence well past that is a dead
+         * connection. */
+        r = kube_watch(c->client, path, on_event, &ws, c->stop_fd, (timeout_s + 30) * 1000, &status,
+                       &body, &cancelled, &err);
+        if (cancelled) {
+                json_decref(body);
+                free(ws.error);
+                return WATCH_STOP;
+        }
+        if (r < 0) {
+                note_failure(c, err->msg);
+                return WATCH_FAILED;
+        }
+        if (r == EV_GONE || status == 410) {
+                json_decref(body);
+                log_info("%s: resourceVersion %s is too old (410 Gone); listing again", c->what,
+                         rv);
+                return WATCH_GONE;
+        }
+        if (r == EV_ERROR) {
+                note_failure(c, ws.error);
+                free(ws.error);
+                return WATCH_FAILED;
+        }
+        if (status != 200) {
+                kube_response resp = { .status = status, .body = body };
+                note_http_failure(c, "WATCH", &resp);
+                kube_response_clear(&resp);
+                return WATCH_FAILED;
+        }
+        json_decref(body);
+        if (ws.events == 0 && cs_now_monotonic_ms() - started < SHORT_WATCH_MS)
+                return WATCH_FAILED; /* not worth a log line; backs off quietly */
+        note_success(c);
+        return WATCH_ENDED;
+}
+
+static void *cache_main(void *arg)
+{
+        kube_cache *c = arg;
+        bool listed = false;
+
+        for (;;) {
+                if (!listed) {
+                        listed = do_list(c) == 0;
+                        if (listed)
+                                note_success(c);
+                        else if (!backoff(c))
+                                return NULL;
+                        continue;
+                }
+                switch (do_watch(c)) {
+                case WATCH_ENDED:
+                        break;
+                case WATCH_GONE:
+                        listed = false;
+                        break;
+                case WATCH_FAILED:
+                        if (!backoff(c))
+                                return NULL;
+                        break;
+                case WATCH_STOP:
+                        return NULL;
+                }
+        }
+}
+
+/* --- public ---------------------------------------------------------------------------- */
+
+kube_cache *kube_cache_new(const kube_cache_config *cfg, cs_error **err)
+{
+        kube_cache *c = cs_xcalloc(1, sizeof(*c));
+        pthread_condattr_t ca;
+        int r;
+
+        c->client = cfg->client;
+        c->path = cs_xstrdup(cfg->path);
+        c->selector = cfg->label_selector && cfg->label_selector[0]
+                              ? kube_escape(cfg->label_selector)
+                              : NULL;
+        c->what = cs_xstrdup(cfg->what ? cfg->what : cfg->path);
+        c->watch_timeout_s =
+                cfg->watch_timeout_s > 0 ? cfg->watch_timeout_s : DEFAULT_WATCH_TIMEOUT_S;
+        c->page_limit = cfg->page_limit > 0 ? cfg->page_limit : DEFAULT_PAGE_LIMIT;
+        c->backoff_min_ms = cfg->backoff_min_ms > 0 ? cfg->backoff_min_ms : DEFAULT_BACKOFF_MIN_MS;
+        c->backoff_max_ms = cfg->backoff_max_ms > 0 ? cfg->backoff_max_ms : DEFAULT_BACKOFF_MAX_MS;
+        if (c->backoff_max_ms < c->backoff_min_ms)
+                c->backoff_max_ms = c->backoff_min_ms;
+        c->objects = json_object();
+        c->rng = (uint64_t)cs_now_realtime_ms() ^ ((uint64_t)(uintptr_t)c << 16) ^
+                 (uint64_t)getpid();
+        if (!c->rng)
+                c->rng = 1;
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&c->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        c->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (c->stop_fd < 0) {
+                cs_error_errno(err, errno, "%s: eventfd", c->what);
+                kube_cache_free(c);
+                return NULL;
+        }
+        r = pthread_create(&c->thread, NULL, cache_main, c);
+        if (r != 0) {
+                cs_error_errno(err, r, "%s: cannot start the watch thread", c->what);
+                kube_cache_free(c);
+                return NULL;
+        }
+        c->started = true;
+        return c;
+}
+
+void kube_cache_free(kube_cache *c)
+{
+        if (!c)
+                return;
+        pthread_mutex_lock(&c->lock);
+        c->stopping = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        if (c->stop_fd >= 0) {
+                uint64_t one = 1;
+                if (write(c->stop_fd, &one, sizeof(one)) < 0) {
+                        /* Cannot fail on a fresh eventfd; the join below would hang if it
+                         * did, so say so. */
+                        log_error("%s: cannot signal the watch thread: %m", c->what);
+                }
+        }
+        if (c->started)
+                pthread_join(c->thread, NULL);
+        if (c->stop_fd >= 0)
+                close(c->stop_fd);
+        json_decref(c->objects);
+        free(c->rv);
+        free(c->last_error);
+        free(c->path);
+        free(c->selector);
+        free(c->what);
+        pthread_cond_destroy(&c->cond);
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+}
+
+static void deadline_ts(int64_t deadline_ms, struct timespec *ts)
+{
+        ts->tv_sec = deadline_ms / 1000;
+        ts->tv_nsec = (deadline_ms % 1000) * 1000000;
+}
+
+int kube_cache_wait_synced(kube_cache *c, int64_t timeout_ms, cs_error **err)
+{
+        int64_t deadline = cs_now_monotonic_ms() + timeout_ms;
+        struct timespec ts;
+
+        deadline_ts(deadline, &ts);
+        pthread_mutex_lock(&c->lock);
+        while (!c->synced && !c->stopping && cs_now_monotonic_ms() < deadline)
+                pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+        if (!c->synced) {
+                cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                             "%s: not listed after %" PRId64 " ms: %s", c->what, timeout_ms,
+                             c->last_error ? c->last_error : "no answer yet");
+                pthread_mutex_unlock(&c->lock);
+                return -1;
+        }
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
+bool kube_cache_synced(kube_cache *c)
+{
+        bool r;
+
+        pthread_mutex_lock(&c->lock);
+        r = c->synced;
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+json_t *kube_cache_get(kube_cache *c, const char *name)
+{
+        json_t *obj;
+
+        pthread_mutex_lock(&c->lock);
+        obj = json_incref(json_object_get(c->objects, name));
+        pthread_mutex_unlock(&c->lock);
+        return obj;
+}
+
+json_t *kube_cache_find(kube_cache *c, kube_cache_match_fn match, void *userdata)
+{
+        const char *name;
+        json_t *obj, *found = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        json_object_foreach(c->objects, name, obj)
+        {
+                if (match(obj, userdata)) {
+                        found = json_incref(obj);
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&c->lock);
+        return found;
+}
+
+typedef struct label_match {
+        const char *key, *value;
+} label_match;
+
+static bool match_label(json_t *obj, void *userdata)
+{
+        const label_match *m = userdata;
+        const char *v = json_string_value(kube_get_key(obj, "metadata", "labels", m->key, NULL));
+
+        return v && strcmp(v, m->value) == 0;
+}
+
+json_t *kube_cache_find_label(kube_cache *c, const char *key, const char *value)
+{
+        label_match m = { key, value };
+
+        return kube_cache_find(c, match_label, &m);
+}
+
+uint64_t kube_cache_version(kube_cache *c)
+{
+        uint64_t v;
+
+        pthread_mutex_lock(&c->lock);
+        v = c->version;
+        pthread_mutex_unlock(&c->lock);
+        return v;
+}
+
+uint64_t kube_cache_wait_change(kube_cache *c, uint64_t since, int64_t deadline_ms)
+{
+        struct timespec ts;
+        uint64_t v;
+
+        deadline_ts(deadline_ms, &ts);
+        pthread_mutex_lock(&c->lock);
+        while (c->version == since && !c->stopping && cs_now_monotonic_ms() < deadline_ms)
+                pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+        v = c->version;
+        pthread_mutex_unlock(&c->lock);
+        return v;
+}
+
+void kube_cache_upsert(kube_cache *c, json_t *obj)
+{
+        const char *name = kube_get_str(obj, "metadata.name");
+        const char *rv = obj_rv(obj);
+        json_t *old;
+
+        if (!name || !rv)
+                return;
+        pthread_mutex_lock(&c->lock);
+        old = json_object_get(c->objects, name);
+        if (old ? rv_cmp(rv, obj_rv(old)) > 0 : rv_cmp(rv, c->rv) > 0) {
+                json_object_set_new(c->objects, name, json_deep_copy(obj));
+                c->version++;
+                pthread_cond_broadcast(&c->cond);
+        }
+        pthread_mutex_unlock(&c->lock);
+}

@@ -1,0 +1,188 @@
+"""The kube mode's whole stack on one machine, for the end-to-end tests: the test API server
+(tests/kube/apiserver.py), one simulated node per node name (tests/kube/kubelet_sim.py: the
+scheduler, the PVC binder and a kubelet starting real runsc pods the way containerd's shim
+does), a real compute-nodeagent in kube mode per node (reading that node's runsc root), and
+real compute-frontends with --scheduler kube.
+
+The node agents are what the DaemonSet would run; their pods are registered in the API server
+the way the DaemonSet controller and the kubelet would leave them (labelled, bound to their
+node, Running, with a podIP and a container port named "grpc"), so the frontend finds them
+exactly as in a cluster."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "kube"))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+from agent_fixture import AgentProcess, free_port  # noqa: E402
+from apiserver import ApiServer  # noqa: E402
+from kubelet_sim import KubeletSim  # noqa: E402
+
+SANDBOX_NS = "compute-sandboxes"
+AGENT_NS = "compute-system"
+AGENT_LABEL = ("app.kubernetes.io/name", "compute-node-agent")
+
+
+class Node:
+    """A simulated node: its kubelet and its node agent."""
+
+    def __init__(self, stack, name):
+        self.stack = stack
+        self.name = name
+        # Short paths: runsc keeps sockets under its root.
+        self.dir = tempfile.mkdtemp(prefix="csk-", dir="/tmp")
+        self.runsc_root = os.path.join(self.dir, "r")
+        self.cgroup_prefix = f"/compute-test-kube-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.kubelet = KubeletSim(kubeconfig=stack.api.kubeconfig_path, node_name=name,
+                                  state_dir=os.path.join(self.dir, "k"),
+                                  runsc_root=self.runsc_root, cgroup_prefix=self.cgroup_prefix)
+        self.kubelet.start()
+        self.agent = AgentProcess(stack.build_dir, "--mode", "kube", "--runsc-root",
+                                  self.runsc_root, "--node-name", name)
+        self.register_agent_pod()
+
+    @property
+    def agent_pod(self):
+        return "compute-node-agent-" + self.name
+
+    def register_agent_pod(self):
+        """The DaemonSet's pod on this node, as the API server would hold it."""
+        api = self.stack.api
+        if api.get("pods", AGENT_NS, self.agent_pod) is None:
+            api.create("pods", AGENT_NS, {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": self.agent_pod, "labels": dict([AGENT_LABEL])},
+                "spec": {"nodeName": self.name, "containers": [{
+                    "name": "agent", "image": "compute-nodeagent:test",
+                    "ports": [{"name": "grpc", "containerPort": self.agent.port}]}]}})
+        api.patch_status("pods", AGENT_NS, self.agent_pod, {
+            "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True"}]})
+
+    def close(self):
+        rc, tail = self.agent.cleanup()
+        self.kubelet.stop(cleanup=True)
+        # runsc leaves the pod cgroups' parents behind in every hierarchy.
+        for ctrl in os.listdir("/sys/fs/cgroup"):
+            base = f"/sys/fs/cgroup/{ctrl}{self.cgroup_prefix}"
+            for root, dirs, _ in os.walk(base, topdown=False):
+                for d in dirs:
+                    try:
+                        os.rmdir(os.path.join(root, d))
+                    except OSError:
+                        pass
+            try:
+                os.rmdir(base)
+            except OSError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rc, tail
+
+
+class KubeFrontend:
+    """compute-frontend --scheduler kube against the stack's API server."""
+
+    def __init__(self, stack, *extra):
+        self.stack = stack
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log_path = os.path.join(stack.dir, f"frontend-{self.port}.log")
+        self.extra = list(extra)
+        self.proc = None
+        self.start()
+
+    def argv(self):
+        return [os.path.join(self.stack.build_dir, "bin", "compute-frontend"),
+                "--listen", self.address, "--scheduler", "kube",
+                "--kubeconfig", self.stack.api.kubeconfig_path,
+                "--sandbox-namespace", SANDBOX_NS, "--agent-namespace", AGENT_NS,
+                "--sandbox-image", "debian:bookworm", "--shutdown-grace-ms", "3000", "--log-level", "debug"] + self.extra
+
+    def start(self):
+        import grpc
+        from compute_client import Compute
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 60
+        client = Compute(self.stack.build_dir, self.address)
+        try:
+            while True:
+                # Serving once a validation error comes back.
+                try:
+                    client.describe("x")
+                except grpc.RpcError as e:
+                    if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                        return
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("frontend did not start:\n" + self.log())
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self, sig=None):
+        import signal
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig or signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        return self.proc.returncode
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def fd_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def thread_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/task"))
+
+    def thread_names(self):
+        return sorted(open(f"/proc/{self.proc.pid}/task/{t}/comm").read().strip()
+                      for t in os.listdir(f"/proc/{self.proc.pid}/task"))
+
+
+class KubeStack:
+    def __init__(self, build_dir, nodes=("node-1",)):
+        self.build_dir = build_dir
+        self.dir = tempfile.mkdtemp(prefix="csk-stack-", dir="/tmp")
+        self.api = ApiServer(os.path.join(self.dir, "api")).start()
+        self.nodes = [Node(self, n) for n in nodes]
+        self.frontends = []
+
+    def frontend(self, *extra):
+        fe = KubeFrontend(self, *extra)
+        self.frontends.append(fe)
+        return fe
+
+    def node_of(self, sandbox_id):
+        """The Node running a sandbox's pod (None while unscheduled)."""
+        pods = self.api.list("pods", SANDBOX_NS,
+                             label_selector="compute.paper-board.io/sandbox-id=" + sandbox_id)
+        for n in self.nodes:
+            if pods and pods[0]["spec"].get("nodeName") == n.name:
+                return n
+        return None
+
+    def close(self):
+        """Stops everything; returns (ok, report) where report holds the logs of anything that
+        did not exit cleanly (a sanitizer report makes a non-zero exit)."""
+        report = []
+        for fe in self.frontends:
+            rc = fe.stop()
+            if rc != 0:
+                report.append(f"frontend exited {rc}:\n{fe.log()[-3000:]}")
+        for n in self.nodes:
+            rc, tail = n.close()
+            if rc != 0:
+                report.append(f"agent on {n.name} exited {rc}:\n{tail}")
+        self.api.stop()
+        if not report:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return not report, "\n".join(report)

@@ -1,0 +1,293 @@
+"""End to end in kube mode: compute.v1.ComputeService through the real frontend
+(--scheduler kube) → the test API server → simulated nodes running real runsc pods → the real
+node agents in kube mode, driven by Debian's python3-grpcio.
+
+KubeFrontendTest runs every test of the local mode's e2e suite (test_frontend.FrontendTest)
+against this stack; KubeObjectsTest checks what lands in the API server; KubeFaultTest breaks
+things: API faults (500, 429, latency, dropped watches, 410 Gone), a restarted API server,
+frontend and agent restarts, two frontends creating for the same session, the GC run twice
+at once.
+
+Usage: test_kube_e2e.py BUILD_DIR [unittest args]"""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+import test_frontend as tf
+from compute_client import Compute
+from kube_stack import SANDBOX_NS, KubeStack
+
+BUILD_DIR = sys.argv[1]
+ANN = "compute.paper-board.io/"
+
+
+def code_of(fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
+def pod_name(tenant, session):
+    return "sbx-" + hashlib.sha256(f"{tenant}/{session}".encode()).hexdigest()[:32]
+
+
+def new_session():
+    return "tenant-" + uuid.uuid4().hex[:8], "session-" + uuid.uuid4().hex[:8]
+
+
+class KubeFrontendTest(tf.FrontendTest):
+    """The local mode's e2e tests, unchanged, in kube mode."""
+    IMAGES_CHECKED = False
+    # The kube client keeps up to 8 idle API connections (KUBE_POOL_MAX in kube_client.c),
+    # each with its curl handle's wakeup socketpair: 3 fds apiece once a burst has used them.
+    FD_SLACK = 2 + 3 * 8
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = KubeStack(BUILD_DIR)
+        cls.fe = cls.stack.frontend()
+        cls.c = Compute(BUILD_DIR, cls.fe.address)
+        cls.sid = cls.c.create("tenant-" + uuid.uuid4().hex[:8], "shared").sandbox_id
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        ok, report = cls.stack.close()
+        if not ok:
+            raise AssertionError(report)
+
+    def leftover_containers(self, sids):
+        # The pods of destroyed sandboxes leave the API server once their node has stopped
+        # them (graceful deletion), and no node runs a container for a pod that is gone.
+        deadline = time.monotonic() + 60
+        while True:
+            left = [p["metadata"]["name"] for p in self.stack.api.list("pods", SANDBOX_NS)
+                    if p["metadata"]["labels"].get(ANN + "sandbox-id") in sids]
+            names = {p["metadata"]["name"] for p in self.stack.api.list("pods", SANDBOX_NS)}
+            stray = [p for n in self.stack.nodes for p in n.kubelet.running_pods()
+                     if p[1] not in names]
+            if not (left or stray) or time.monotonic() > deadline:
+                return left + stray
+            time.sleep(0.5)
+
+
+class KubeObjectsTest(unittest.TestCase):
+    """What the frontend writes to the API server, and the GC."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = KubeStack(BUILD_DIR)
+        cls.fe = cls.stack.frontend("--delete-grace-s", "2", "--sandbox-image", "registry.example/img:1")
+        cls.c = Compute(BUILD_DIR, cls.fe.address)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        ok, report = cls.stack.close()
+        if not ok:
+            raise AssertionError(report)
+
+    def test_pod_and_pvc(self):
+        c, api = self.c, self.stack.api
+        tenant, session = new_session()
+        r = c.create(tenant, session, limits=c.pb.ResourceLimits(
+            cpu_millis=500, memory_bytes=256 << 20, max_runtime={"seconds": 600}),
+            workspace=c.pb.WorkspaceSpec(size="2Gi", mount_path="/work"))
+        pod = api.get("pods", SANDBOX_NS, pod_name(tenant, session))
+        self.assertIsNotNone(pod)
+        md, spec = pod["metadata"], pod["spec"]
+        self.assertEqual(md["annotations"][ANN + "tenant-id"], tenant)
+        self.assertEqual(md["annotations"][ANN + "session-id"], session)
+        self.assertEqual(md["labels"][ANN + "sandbox-id"], r.sandbox_id)
+        self.assertEqual(spec["runtimeClassName"], "gvisor")
+        self.assertEqual(spec["restartPolicy"], "Never")
+        self.assertIs(spec["automountServiceAccountToken"], False)
+        self.assertEqual(spec["activeDeadlineSeconds"], 600)
+        (ctr,) = spec["containers"]
+        self.assertEqual(ctr["image"], "registry.example/img:1")  # the last flag wins
+        self.assertEqual(ctr["resources"]["limits"]["cpu"], "500m")
+        self.assertEqual(ctr["volumeMounts"][0]["mountPath"], "/work")
+        claim = spec["volumes"][0]["persistentVolumeClaim"]["claimName"]
+        pvc = api.get("persistentvolumeclaims", SANDBOX_NS, claim)
+        self.assertEqual(pvc["spec"]["resources"]["requests"]["storage"], "2Gi")
+        # The workspace is the PVC's volume, at /work.
+        out, _, done, _ = c.exec(r.sandbox_id, "sh", "-c", "echo hi > /work/f && cat /work/f")
+        self.assertEqual((out, done.exit_code), (b"hi\n", 0))
+        self.assertEqual(c.read(r.sandbox_id, "f").data, b"hi\n")
+        gone = c.destroy(r.sandbox_id)
+        pvc = api.get("persistentvolumeclaims", SANDBOX_NS, claim)
+        ann = pvc["metadata"]["annotations"]
+        self.assertIn(ANN + "delete-after", ann)
+        self.assertEqual(json.loads(ann[ANN + "final-usage"])["cpu_ms"], gone.total_usage.cpu_ms)
+        deadline = time.monotonic() + 30
+        while api.get("pods", SANDBOX_NS, pod_name(tenant, session)) is not None:
+            self.assertLess(time.monotonic(), deadline, "pod never deleted")
+            time.sleep(0.2)
+        self.assertEqual(c.describe(r.sandbox_id).status, c.pb.SANDBOX_STATUS_DESTROYED)
+        # The GC, twice at once, after the grace of 2 s: one deletion, both succeed.
+        time.sleep(2.5)
+        runs = [subprocess.Popen(self.fe.argv()[:1] + ["--mode", "gc"] + self.fe.argv()[1:],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                for _ in range(2)]
+        outs = [p.communicate(timeout=60)[0].decode() for p in runs]
+        self.assertEqual([p.returncode for p in runs], [0, 0], outs)
+        self.assertIsNone(api.get("persistentvolumeclaims", SANDBOX_NS, claim))
+        self.assertIn(claim, "".join(outs))
+        self.assertEqual(code_of(c.describe, r.sandbox_id), grpc.StatusCode.NOT_FOUND)
+
+    def test_max_runtime_is_the_pod_deadline(self):
+        c = self.c
+        tenant, session = new_session()
+        sid = c.create(tenant, session,
+                       limits=c.pb.ResourceLimits(max_runtime={"seconds": 3})).sandbox_id
+        self.assertEqual(c.exec(sid, "echo", "up")[0], b"up\n")
+        deadline = time.monotonic() + 60
+        while c.describe(sid).status != c.pb.SANDBOX_STATUS_FAILED:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.3)
+        pod = self.stack.api.get("pods", SANDBOX_NS, pod_name(tenant, session))
+        self.assertEqual(pod["status"].get("reason"), "DeadlineExceeded")
+        self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
+        c.destroy(sid)
+
+
+class KubeFaultTest(unittest.TestCase):
+    """Two nodes, two frontends, and things going wrong."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = KubeStack(BUILD_DIR, nodes=("node-a", "node-b"))
+        cls.fe = cls.stack.frontend()
+        cls.fe2 = cls.stack.frontend()
+        cls.c = Compute(BUILD_DIR, cls.fe.address)
+        cls.c2 = Compute(BUILD_DIR, cls.fe2.address)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.c2.close()
+        ok, report = cls.stack.close()
+        if not ok:
+            raise AssertionError(report)
+
+    def tearDown(self):
+        self.stack.api.clear_faults()
+
+    def pods_of(self, tenant, session):
+        return self.stack.api.list("pods", SANDBOX_NS,
+                                   label_selector=ANN + "session-id=" + session)
+
+    def test_two_frontends_same_session_one_pod(self):
+        tenant, session = new_session()
+
+        def create(i):
+            c = self.c if i % 2 else self.c2
+            return c.create(tenant, session).sandbox_id
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            ids = set(pool.map(create, range(16)))
+        self.assertEqual(len(ids), 1)
+        self.assertEqual(len(self.pods_of(tenant, session)), 1)
+        (sid,) = ids
+        self.assertEqual(self.c2.exec(sid, "echo", "one")[0], b"one\n")
+        self.c.destroy(sid)
+
+    def test_both_nodes_serve(self):
+        sids = [self.c.create(*new_session()).sandbox_id for _ in range(6)]
+        for sid in sids:
+            self.assertEqual(self.c.exec(sid, "cat", "/proc/self/comm")[0], b"cat\n")
+        used = {self.stack.node_of(sid).name for sid in sids}
+        for sid in sids:
+            self.c.destroy(sid)
+        # Both simulated schedulers race to bind; either may win each pod. Routing is
+        # exercised whichever node a pod is on; say which were used.
+        print(f"nodes used: {sorted(used)}", file=sys.stderr)
+
+    def test_api_faults_recover(self):
+        api, c = self.stack.api, self.c
+        tenant, session = new_session()
+        sid = c.create(tenant, session).sandbox_id
+        c.exec(sid, "true")
+        # Watches dropped, history compacted (410 on resume: relist), errors for a while.
+        api.drop_watches()
+        api.compact()
+        api.fail_for(3, status=500)
+        during = code_of(c.create, tenant, session)
+        self.assertIn(during, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE,
+                               grpc.StatusCode.INTERNAL))
+        time.sleep(3.2)
+        api.fail_for(2, status=429, retry_after=1)
+        api.add_latency(0.3, duration=5)
+        self.assertEqual(c.create(tenant, session).sandbox_id, sid)  # retries through 429s
+        self.assertEqual(c.exec(sid, "echo", "ok")[0], b"ok\n")
+        # A new sandbox made after the faults: the caches caught up (READY seen).
+        t2, s2 = new_session()
+        sid2 = c.create(t2, s2).sandbox_id
+        self.assertEqual(c.exec(sid2, "echo", "new")[0], b"new\n")
+        self.assertEqual(c.describe(sid2).status, c.pb.SANDBOX_STATUS_READY)
+        self.assertEqual(len(self.pods_of(tenant, session)), 1)
+        c.destroy(sid)
+        c.destroy(sid2)
+
+    def test_api_server_restart(self):
+        api, c = self.stack.api, self.c
+        tenant, session = new_session()
+        sid = c.create(tenant, session).sandbox_id
+        c.exec(sid, "true")
+        api.restart(down_seconds=2)
+        deadline = time.monotonic() + 60
+        while code_of(c.create, tenant, session) != grpc.StatusCode.OK:
+            self.assertLess(time.monotonic(), deadline, "never recovered")
+            time.sleep(0.3)
+        self.assertEqual(c.create(tenant, session).sandbox_id, sid)
+        self.assertEqual(c.exec(sid, "echo", "back")[0], b"back\n")
+        c.destroy(sid)
+
+    def test_frontend_restart_loses_nothing(self):
+        c = self.c
+        tenant, session = new_session()
+        sid = c.create(tenant, session).sandbox_id
+        c.exec(sid, "sh", "-c", "echo kept > /workspace/k")
+        gone = c.create(*new_session()).sandbox_id
+        c.destroy(gone)
+        self.assertEqual(self.fe.stop(), 0)
+        self.fe.start()
+        self.assertEqual(c.describe(sid).status, c.pb.SANDBOX_STATUS_READY)
+        self.assertEqual(c.read(sid, "k").data, b"kept\n")
+        self.assertEqual(c.describe(gone).status, c.pb.SANDBOX_STATUS_DESTROYED)
+        self.assertEqual(c.create(tenant, session).sandbox_id, sid)
+        self.assertEqual(len(self.pods_of(tenant, session)), 1)
+        c.destroy(sid)
+
+    def test_agent_restart(self):
+        c = self.c
+        tenant, session = new_session()
+        sid = c.create(tenant, session).sandbox_id
+        c.exec(sid, "sh", "-c", "echo before > /workspace/b")
+        node = self.stack.node_of(sid)
+        node.agent.stop(signal.SIGKILL)
+        self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.UNAVAILABLE)
+        node.agent.restart()
+        deadline = time.monotonic() + 30
+        while code_of(c.exec, sid, "true") != grpc.StatusCode.OK:
+            self.assertLess(time.monotonic(), deadline, "sandbox never served again")
+            time.sleep(0.2)
+        self.assertEqual(c.read(sid, "b").data, b"before\n")
+        self.assertEqual(c.exec(sid, "echo", "after")[0], b"after\n")
+        c.destroy(sid)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
