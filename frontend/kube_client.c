@@ -80,57 +80,6 @@ static void blob_free(kube_blob *b)
         b->len = 0;
 }
 
-/* Reads a whole (small) file. 0, or -1 with errno (EFBIG over the cap). NUL-terminated. */
-static int read_file(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st)
-{
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        _cleanup_free_ char *buf = NULL;
-        struct stat st;
-        size_t len = 0, cap = 4096;
-
-        if (fd < 0 || fstat(fd, &st) < 0)
-                return -1;
-        if (S_ISDIR(st.st_mode)) {
-                errno = EISDIR;
-                return -1;
-        }
-        buf = cs_xmalloc(cap);
-        for (;;) {
-                ssize_t n;
-
-                if (len + 1 >= cap) {
-                        if (cap > max) {
-                                errno = EFBIG;
-                                return -1;
-                        }
-                        cap *= 2;
-                        buf = realloc(buf, cap);
-                        if (!buf)
-                                abort();
-                }
-                n = read(fd, buf + len, cap - len - 1);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                if (n == 0)
-                        break;
-                len += (size_t)n;
-        }
-        if (len > max) {
-                errno = EFBIG;
-                return -1;
-        }
-        buf[len] = '\0';
-        if (ret_st)
-                *ret_st = st;
-        if (ret_len)
-                *ret_len = len;
-        *ret = TAKE_PTR(buf);
-        return 0;
-}
-
 static void trim_in_place(char *s)
 {
         size_t len = strlen(s), start = 0;
@@ -409,7 +358,7 @@ static int kcfg_blob(const kcfg *c, json_t *obj, const char *key, kube_blob *ret
         if (!file || !*file)
                 return 0;
         path = kcfg_resolve(c, file);
-        if (read_file(path, KUBE_MAX_CONFIG, &ret->data, &ret->len, NULL) < 0)
+        if (cs_read_file(path, KUBE_MAX_CONFIG, &ret->data, &ret->len, NULL) < 0)
                 return cs_error_errno(err, errno, "kubeconfig %s: %s: %s %s", c->path, c->what, key,
                                       path);
         if (ret->len == 0)
@@ -510,7 +459,7 @@ static int kubeconfig_load(kube_client *kc, const char *path, const char *contex
         char *slash;
         int r = -1;
 
-        if (read_file(path, KUBE_MAX_CONFIG, &buf, &len, NULL) < 0)
+        if (cs_read_file(path, KUBE_MAX_CONFIG, &buf, &len, NULL) < 0)
                 return cs_error_errno(err, errno, "kubeconfig %s", path);
         root = yaml_parse(path, buf, len, err);
         if (!root)
@@ -596,9 +545,9 @@ static int incluster_load(kube_client *kc, const char *sa_dir, cs_error **err)
         else
                 kc->server = cs_xasprintf("https://%s:%ld", host, p);
         kc->token_path = cs_xasprintf("%s/token", sa_dir);
-        if (read_file(ca_path, KUBE_MAX_CONFIG, &kc->ca.data, &kc->ca.len, NULL) < 0)
+        if (cs_read_file(ca_path, KUBE_MAX_CONFIG, &kc->ca.data, &kc->ca.len, NULL) < 0)
                 return cs_error_errno(err, errno, "in-cluster config: %s", ca_path);
-        if (read_file(ns_path, KUBE_MAX_CONFIG, &ns, NULL, NULL) < 0) {
+        if (cs_read_file(ns_path, KUBE_MAX_CONFIG, &ns, NULL, NULL) < 0) {
                 if (errno != ENOENT)
                         return cs_error_errno(err, errno, "in-cluster config: %s", ns_path);
         } else {
@@ -622,7 +571,7 @@ static int token_read(kube_client *kc, cs_error **err)
         _cleanup_free_ char *t = NULL;
         struct stat st;
 
-        if (read_file(kc->token_path, KUBE_MAX_CONFIG, &t, NULL, &st) < 0)
+        if (cs_read_file(kc->token_path, KUBE_MAX_CONFIG, &t, NULL, &st) < 0)
                 return cs_error_errno(err, errno, "token file %s", kc->token_path);
         trim_in_place(t);
         if (!*t)

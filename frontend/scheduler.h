@@ -76,7 +76,7 @@ typedef struct local_config {
  * is down is learnt about when it comes back). */
 scheduler *scheduler_local_new(const local_config *cfg, cs_error **err);
 
-/* Kubernetes mode (see /work/kube-contract.md for the objects, names and labels). Strings
+/* Kubernetes mode (see docs/kube.md for the objects, names and labels). Strings
  * are borrowed for the call; the scheduler copies what it keeps. */
 typedef struct kube_config {
         const char *kubeconfig;        /* path; "" or NULL: in-cluster */

@@ -1,6 +1,6 @@
 /* The Kubernetes scheduler: each sandbox is a gVisor Pod with a workspace PVC, made through
  * the API server; the node agent DaemonSet's pod on the sandbox pod's node serves its exec,
- * file and usage calls. Objects, names, labels and annotations: /work/kube-contract.md.
+ * file and usage calls. Objects, names, labels and annotations: docs/kube.md.
  *
  * State: none of its own. The API server is the record; two list+watch caches (the sandbox
  * pods, the agent pods) answer the hot paths (status, routing, waiting for READY), and
@@ -26,13 +26,14 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <openssl/sha.h>
 
 #include "kube_cache.h"
 #include "kube_client.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
+#include "path.h"
 #include "pbconv.h"
 #include "scheduler.h"
-#include "sha256.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -70,7 +71,6 @@
 #define MIN_MEMORY             (64ull << 20)
 #define MAX_MEMORY             (64ull << 30)
 #define MAX_RUNTIME_MS         (24ll * 3600 * 1000)
-#define MOUNT_PATH_MAX         1024
 #define IMAGE_MAX              1024
 #define QUANTITY_MAX           32
 #define STORAGE_CLASS_MAX      253
@@ -123,9 +123,9 @@ static void kube_response_clearp(kube_response *r)
 static void pod_name_for(const char *tenant, const char *session, char ret[static 4 + 32 + 1])
 {
         _cleanup_free_ char *key = cs_xasprintf("%s/%s", tenant, session);
-        uint8_t md[SHA256_DIGEST_BYTES];
+        uint8_t md[SHA256_DIGEST_LENGTH];
 
-        sha256(key, strlen(key), md);
+        SHA256((const unsigned char *)key, strlen(key), md);
         memcpy(ret, "sbx-", 4);
         for (int i = 0; i < 16; i++)
                 snprintf(ret + 4 + 2 * i, 3, "%02x", md[i]);
@@ -580,29 +580,6 @@ typedef struct norm_spec {
         int64_t max_runtime_ms;
 } norm_spec;
 
-static bool mount_path_ok(const char *p)
-{
-        static const char *const reserved[] = { "/proc", "/dev", "/sys" };
-        size_t len = strlen(p);
-
-        if (p[0] != '/' || len < 2 || len > MOUNT_PATH_MAX || p[len - 1] == '/')
-                return false;
-        if (strstr(p, "//") || strstr(p, "/./") || strstr(p, "/../"))
-                return false;
-        if (strcmp(p + len - 2, "/.") == 0 || (len >= 3 && strcmp(p + len - 3, "/..") == 0))
-                return false;
-        for (const char *q = p; *q; q++) {
-                if ((unsigned char)*q < 0x21 || *q == 0x7f || *q == ':')
-                        return false;
-        }
-        for (size_t i = 0; i < ARRAY_SIZE(reserved); i++) {
-                size_t n = strlen(reserved[i]);
-                if (strncmp(p, reserved[i], n) == 0 && (p[n] == '\0' || p[n] == '/'))
-                        return false;
-        }
-        return true;
-}
-
 /* A Kubernetes quantity as a PVC size takes it: digits, an optional fraction, an optional
  * binary or decimal suffix ("10Gi", "500M", "1.5Ti"). */
 static bool quantity_ok(const char *s)
@@ -681,11 +658,8 @@ static int spec_normalise(kube *k, const fe_spec *in, norm_spec *out, cs_error *
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "image must be 1..%d printable characters without spaces",
                                     IMAGE_MAX);
-        if (!mount_path_ok(out->mount_path))
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "mount_path must be a clean absolute path other than /, "
-                                    "/proc, /dev and /sys, at most %d bytes",
-                                    MOUNT_PATH_MAX);
+        if (cs_mount_path_check(out->mount_path, err) < 0)
+                return -1;
         if (!quantity_ok(out->size))
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "workspace size '%.40s' is not a quantity like 10Gi",

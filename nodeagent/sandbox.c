@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "path.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -440,28 +441,6 @@ static bool image_name_ok(const char *s)
         return true;
 }
 
-/* A mount path is absolute, clean (no "", "." or ".." components, no trailing slash), not
- * the root and not under the sandbox's /proc, /dev or /sys. */
-bool sb_mount_path_ok(const char *p)
-{
-        static const char *const reserved[] = { "/proc", "/dev", "/sys" };
-        size_t len = strlen(p);
-
-        if (p[0] != '/' || len < 2 || len > SB_MOUNT_PATH_MAX || p[len - 1] == '/')
-                return false;
-        if (strstr(p, "//") || strstr(p, "/./") || strstr(p, "/../"))
-                return false;
-        if ((len >= 2 && strcmp(p + len - 2, "/.") == 0) ||
-            (len >= 3 && strcmp(p + len - 3, "/..") == 0))
-                return false;
-        for (size_t i = 0; i < ARRAY_SIZE(reserved); i++) {
-                size_t n = strlen(reserved[i]);
-                if (strncmp(p, reserved[i], n) == 0 && (p[n] == '\0' || p[n] == '/'))
-                        return false;
-        }
-        return true;
-}
-
 static bool id_ok(const char *s)
 {
         return s && s[0] && strlen(s) <= SB_ID_MAX;
@@ -493,11 +472,8 @@ static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs
         }
         if (!out->mount_path || !out->mount_path[0])
                 out->mount_path = SB_DEFAULT_MOUNT_PATH;
-        if (!sb_mount_path_ok(out->mount_path))
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "mount_path must be a clean absolute path other than /, "
-                                    "/proc, /dev and /sys, at most %d bytes",
-                                    SB_MOUNT_PATH_MAX);
+        if (cs_mount_path_check(out->mount_path, err) < 0)
+                return -1;
         if (!out->cpu_millis)
                 out->cpu_millis = SB_DEFAULT_CPU_MILLIS;
         if (out->cpu_millis < SB_MIN_CPU_MILLIS || out->cpu_millis > SB_MAX_CPU_MILLIS)
@@ -1056,23 +1032,34 @@ static sb_status status_of(rt_state st)
 }
 
 /* Kube mode: sample memory while running, follow the container's state. */
+/* Reads the sandbox's cgroup now (into *ret) and adds its memory to the sandbox's average,
+ * peak and open usage windows. */
+static int sample_memory(sb_registry *reg, sandbox *sb, cgroup_sample *ret, cs_error **err)
+{
+        cgroup_sample s;
+
+        if (cgroup_read(reg->cg, sb->cgroup_path, &s, err) < 0)
+                return -1;
+        *ret = s;
+        pthread_mutex_lock(&reg->lock);
+        sb->mem_sum += s.memory_bytes;
+        sb->mem_n++;
+        if (s.memory_bytes > sb->mem_max)
+                sb->mem_max = s.memory_bytes;
+        for (sb_window *w = sb->windows; w; w = w->next)
+                window_sample_locked(w, s.memory_bytes);
+        pthread_mutex_unlock(&reg->lock);
+        return 0;
+}
+
 static void housekeep_attached(sb_registry *reg, sandbox *sb, bool check_state)
 {
         cgroup_sample s;
         cs_error *err = NULL;
         rt_state st = RT_RUNNING;
 
-        if (sb->status == SB_READY && cgroup_read(reg->cg, sb->cgroup_path, &s, &err) == 0) {
-                pthread_mutex_lock(&reg->lock);
-                sb->mem_sum += s.memory_bytes;
-                sb->mem_n++;
-                if (s.memory_bytes > sb->mem_max)
-                        sb->mem_max = s.memory_bytes;
-                for (sb_window *w = sb->windows; w; w = w->next)
-                        window_sample_locked(w, s.memory_bytes);
-                pthread_mutex_unlock(&reg->lock);
-        }
-        cs_error_freep(&err);
+        if (sb->status == SB_READY && sample_memory(reg, sb, &s, &err) < 0)
+                cs_error_freep(&err);
         if (!check_state)
                 return;
         if (reg->rt->ops->state(reg->rt, sb->container_id, &st, NULL, &err) < 0) {
@@ -1093,7 +1080,7 @@ static void housekeep_attached(sb_registry *reg, sandbox *sb, bool check_state)
 /* One sandbox's periodic work: sample memory, notice a dead container, enforce max_runtime. */
 static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
 {
-        cgroup_sample s;
+        cgroup_sample s = { 0 };
         cs_error *err = NULL;
         bool expired, dead = false;
         sb_status status;
@@ -1109,16 +1096,7 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
         if (status != SB_READY)
                 return;
 
-        if (cgroup_read(reg->cg, sb->cgroup_path, &s, &err) == 0) {
-                pthread_mutex_lock(&reg->lock);
-                sb->mem_sum += s.memory_bytes;
-                sb->mem_n++;
-                if (s.memory_bytes > sb->mem_max)
-                        sb->mem_max = s.memory_bytes;
-                for (sb_window *w = sb->windows; w; w = w->next)
-                        window_sample_locked(w, s.memory_bytes);
-                pthread_mutex_unlock(&reg->lock);
-        } else {
+        if (sample_memory(reg, sb, &s, &err) < 0) {
                 cs_error_freep(&err);
                 dead = true;
         }

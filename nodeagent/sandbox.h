@@ -31,7 +31,6 @@ typedef enum sb_status {
 /* Caps on what a client controls. */
 #define SB_ID_MAX         128 /* tenant_id, session_id */
 #define SB_IMAGE_MAX      255
-#define SB_MOUNT_PATH_MAX 1024
 #define SB_MIN_MEMORY     (64ull << 20)
 #define SB_MAX_MEMORY     (64ull << 30)
 #define SB_MIN_CPU_MILLIS 50
@@ -112,9 +111,6 @@ void sb_infos_free(sb_info *infos, size_t n);
 /* Counts for the agent info. */
 void sb_counts(sb_registry *reg, uint32_t *ret_live, uint32_t *ret_ready, uint32_t *ret_destroyed,
                uint32_t *ret_execs);
-
-/* Whether p is a valid mount_path: absolute, clean, not / and not under /proc, /dev, /sys. */
-bool sb_mount_path_ok(const char *p);
 
 /* --- kube mode: containers found by the kube discovery ------------------------------------ */
 

@@ -17,6 +17,7 @@
 #include "compute/v1/compute.pb-c.h"
 #include "exec.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
+#include "path.h"
 #include "pbconv.h"
 #include "util.h"
 #include "uuid.h"
@@ -118,11 +119,8 @@ static int kube_ref_check(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, 
                 rpc_call_set_sandbox_id(call, ref->sandbox_id);
         }
         *ret_mount_path = pod->mount_path[0] ? pod->mount_path : SB_DEFAULT_MOUNT_PATH;
-        if (!sb_mount_path_ok(*ret_mount_path))
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "mount_path must be a clean absolute path other than /, "
-                                    "/proc, /dev and /sys, at most %d bytes",
-                                    SB_MOUNT_PATH_MAX);
+        if (cs_mount_path_check(*ret_mount_path, err) < 0)
+                return -1;
         *ret = (kube_ref){ .pod_namespace = pod->pod_namespace,
                            .pod_name = pod->pod_name,
                            .pod_uid = pod->pod_uid,

@@ -63,33 +63,28 @@ static bool nonempty(const char *s)
 /* Reads one PEM file into a new NUL-terminated string. */
 static char *read_pem_file(const char *flag, const char *path, cs_error **err)
 {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        char *buf;
-        ssize_t n;
+        char *buf = NULL;
+        size_t n = 0;
 
-        if (fd < 0) {
-                cs_error_errno(err, errno, "--%s %s: cannot open", flag, path);
+        if (cs_read_file(path, CS_PEM_MAX_BYTES, &buf, &n, NULL) < 0) {
+                if (errno == EFBIG)
+                        cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                     "--%s %s: larger than %d bytes, not a PEM file", flag, path,
+                                     CS_PEM_MAX_BYTES);
+                else
+                        cs_error_errno(err, errno, "--%s %s: cannot %s", flag, path,
+                                       errno == ENOENT || errno == EACCES ? "open" : "read");
                 return NULL;
         }
-        buf = cs_xmalloc(CS_PEM_MAX_BYTES + 1);
-        n = cs_read_full(fd, buf, CS_PEM_MAX_BYTES + 1);
-        if (n < 0)
-                cs_error_errno(err, errno, "--%s %s: cannot read", flag, path);
-        else if (n == 0)
+        if (n == 0)
                 cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "--%s %s: the file is empty", flag,
                              path);
-        else if (n > CS_PEM_MAX_BYTES)
-                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                             "--%s %s: larger than %d bytes, not a PEM file", flag, path,
-                             CS_PEM_MAX_BYTES);
-        else if (memchr(buf, '\0', (size_t)n))
+        else if (memchr(buf, '\0', n))
                 cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                              "--%s %s: not PEM text (it holds a NUL byte)", flag, path);
-        else {
-                buf[n] = '\0';
+        else
                 return buf;
-        }
-        explicit_bzero(buf, CS_PEM_MAX_BYTES + 1);
+        explicit_bzero(buf, n);
         free(buf);
         return NULL;
 }

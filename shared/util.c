@@ -1,9 +1,13 @@
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static void *check_alloc(void *p)
 {
@@ -48,6 +52,46 @@ static int64_t clock_ms(clockid_t id)
 
         clock_gettime(id, &ts);
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int cs_read_file(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st)
+{
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        _cleanup_free_ char *buf = NULL;
+        struct stat st;
+        size_t len = 0, cap = 4096;
+
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return -1;
+        if (S_ISDIR(st.st_mode)) {
+                errno = EISDIR;
+                return -1;
+        }
+        buf = cs_xmalloc(cap);
+        for (;;) {
+                ssize_t n = cs_read_full(fd, buf + len, cap - len - 1);
+
+                if (n < 0)
+                        return -1;
+                len += (size_t)n;
+                if (len > max) {
+                        errno = EFBIG;
+                        return -1;
+                }
+                if (len + 1 < cap)
+                        break; /* a short read: the end of the file */
+                cap *= 2;
+                buf = realloc(buf, cap);
+                if (!buf)
+                        abort();
+        }
+        buf[len] = '\0';
+        if (ret_st)
+                *ret_st = st;
+        if (ret_len)
+                *ret_len = len;
+        *ret = TAKE_PTR(buf);
+        return 0;
 }
 
 int64_t cs_now_monotonic_ms(void)

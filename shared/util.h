@@ -57,5 +57,11 @@ int cs_write_all(int fd, const void *buf, size_t len);
 ssize_t cs_read_full(int fd, void *buf, size_t len);
 
 /* Milliseconds on the monotonic clock and on the wall clock. */
+/* Reads a whole (small) file of at most max bytes into a new NUL-terminated buffer (*ret,
+ * the caller frees it; its length in *ret_len and its fstat in *ret_st when those are not
+ * NULL). 0, or -1 with errno (EFBIG over the cap, EISDIR for a directory). */
+struct stat;
+int cs_read_file(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st);
+
 int64_t cs_now_monotonic_ms(void);
 int64_t cs_now_realtime_ms(void);

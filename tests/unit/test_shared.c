@@ -10,6 +10,7 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "path.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -130,6 +131,32 @@ static void test_uuid(void **state)
         assert_false(cs_uuid_valid("../../../../etc/passwd-0000-0000-000"));
 }
 
+static void test_mount_path(void **state)
+{
+        static const char *const good[] = { "/workspace", "/a/b-c_d.e", "/procx", "/home/.x" };
+        static const char *const bad[] = { "",      "/",      "workspace", "/w/",  "//w",
+                                           "/a//b", "/a/./b", "/a/../b",   "/a/.", "/a/..",
+                                           "/proc", "/dev/x", "/sys/fs",   "/a b", "/a:b",
+                                           "/a\tb", "/a\x7f" };
+        char long_path[CS_MOUNT_PATH_MAX + 2];
+
+        (void)state;
+        for (size_t i = 0; i < ARRAY_SIZE(good); i++)
+                assert_int_equal(cs_mount_path_check(good[i], NULL), 0);
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                cs_error *err = NULL;
+                assert_int_equal(cs_mount_path_check(bad[i], &err), -1);
+                assert_int_equal(err->code, GRPC_STATUS_INVALID_ARGUMENT);
+                cs_error_free(err);
+        }
+        long_path[0] = '/';
+        memset(long_path + 1, 'x', CS_MOUNT_PATH_MAX);
+        long_path[CS_MOUNT_PATH_MAX + 1] = '\0';
+        assert_int_equal(cs_mount_path_check(long_path, NULL), -1);
+        long_path[CS_MOUNT_PATH_MAX] = '\0';
+        assert_int_equal(cs_mount_path_check(long_path, NULL), 0);
+}
+
 static void test_log_names(void **state)
 {
         cs_log_level l;
@@ -153,7 +180,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_config_precedence), cmocka_unit_test(test_config_bad_input),
                 cmocka_unit_test(test_error_first_wins),  cmocka_unit_test(test_uuid),
-                cmocka_unit_test(test_log_names),
+                cmocka_unit_test(test_log_names),         cmocka_unit_test(test_mount_path),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
