@@ -33,8 +33,7 @@ SANDBOX_NS = "compute-sandboxes"
 GVISOR_LABEL = "compute.paper-board.io/gvisor"
 AGENT_LABELS = {"app.kubernetes.io/name": "compute-node-agent"}
 FRONTEND_LABELS = {"app.kubernetes.io/name": "compute-frontend"}
-# What the frontend puts on every sandbox pod (kube-contract: "Kubernetes objects the frontend
-# makes").
+# What the frontend puts on every sandbox pod (docs/kube.md: "What the frontend makes").
 SANDBOX_LABELS = {
     "app.kubernetes.io/managed-by": "compute-frontend",
     "app.kubernetes.io/name": "compute-sandbox",

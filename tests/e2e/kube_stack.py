@@ -7,26 +7,44 @@ real compute-frontends with --scheduler kube.
 The node agents are what the DaemonSet would run; their pods are registered in the API server
 the way the DaemonSet controller and the kubelet would leave them (labelled, bound to their
 node, Running, with a podIP and a container port named "grpc"), so the frontend finds them
-exactly as in a cluster."""
+exactly as in a cluster.
+
+The internal link is mutual TLS, as deployed: the certificates are made by running the
+openssl commands of docs/rpc.md ("Making certificates with openssl") as written."""
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "kube"))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
-from agent_fixture import AgentProcess, free_port  # noqa: E402
+from agent_fixture import AgentProcess  # noqa: E402
 from apiserver import ApiServer  # noqa: E402
+from frontend_fixture import FrontendProcess  # noqa: E402
 from kubelet_sim import KubeletSim  # noqa: E402
 
 SANDBOX_NS = "compute-sandboxes"
 AGENT_NS = "compute-system"
 AGENT_LABEL = ("app.kubernetes.io/name", "compute-node-agent")
+
+
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def make_certificates(directory):
+    """Runs docs/rpc.md's certificate commands in directory; returns it."""
+    with open(os.path.join(REPO, "docs", "rpc.md")) as f:
+        doc = f.read()
+    section = doc[doc.index("### Making certificates with openssl"):]
+    script = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    os.makedirs(directory, exist_ok=True)
+    subprocess.run(["sh", "-ec", script], cwd=directory, check=True, capture_output=True)
+    return directory
 
 
 class Node:
@@ -43,8 +61,11 @@ class Node:
                                   state_dir=os.path.join(self.dir, "k"),
                                   runsc_root=self.runsc_root, cgroup_prefix=self.cgroup_prefix)
         self.kubelet.start()
+        tls = stack.tls_dir
         self.agent = AgentProcess(stack.build_dir, "--mode", "kube", "--runsc-root",
-                                  self.runsc_root, "--node-name", name)
+                                  self.runsc_root, "--node-name", name,
+                                  "--tls-ca", f"{tls}/ca.crt", "--tls-cert", f"{tls}/agent.crt",
+                                  "--tls-key", f"{tls}/agent.key")
         self.register_agent_pod()
 
     @property
@@ -85,67 +106,21 @@ class Node:
         return rc, tail
 
 
-class KubeFrontend:
+class KubeFrontend(FrontendProcess):
     """compute-frontend --scheduler kube against the stack's API server."""
 
     def __init__(self, stack, *extra):
         self.stack = stack
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.log_path = os.path.join(stack.dir, f"frontend-{self.port}.log")
         self.extra = list(extra)
-        self.proc = None
-        self.start()
+        super().__init__(stack.build_dir, stack.dir)
 
-    def argv(self):
-        return [os.path.join(self.stack.build_dir, "bin", "compute-frontend"),
-                "--listen", self.address, "--scheduler", "kube",
-                "--kubeconfig", self.stack.api.kubeconfig_path,
+    def argv_tail(self):
+        tls = self.stack.tls_dir
+        return ["--scheduler", "kube", "--kubeconfig", self.stack.api.kubeconfig_path,
                 "--sandbox-namespace", SANDBOX_NS, "--agent-namespace", AGENT_NS,
-                "--sandbox-image", "debian:bookworm", "--shutdown-grace-ms", "3000", "--log-level", "debug"] + self.extra
-
-    def start(self):
-        import grpc
-        from compute_client import Compute
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        deadline = time.monotonic() + 60
-        client = Compute(self.stack.build_dir, self.address)
-        try:
-            while True:
-                # Serving once a validation error comes back.
-                try:
-                    client.describe("x")
-                except grpc.RpcError as e:
-                    if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                        return
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("frontend did not start:\n" + self.log())
-                time.sleep(0.05)
-        finally:
-            client.close()
-
-    def stop(self, sig=None):
-        import signal
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig or signal.SIGTERM)
-            self.proc.wait(timeout=60)
-        return self.proc.returncode
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def fd_count(self):
-        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-
-    def thread_count(self):
-        return len(os.listdir(f"/proc/{self.proc.pid}/task"))
-
-    def thread_names(self):
-        return sorted(open(f"/proc/{self.proc.pid}/task/{t}/comm").read().strip()
-                      for t in os.listdir(f"/proc/{self.proc.pid}/task"))
+                "--sandbox-image", "debian:bookworm", "--log-level", "debug",
+                "--agent-tls-ca", f"{tls}/ca.crt", "--agent-tls-cert", f"{tls}/frontend.crt",
+                "--agent-tls-key", f"{tls}/frontend.key"] + self.extra
 
 
 class KubeStack:
@@ -153,6 +128,7 @@ class KubeStack:
         self.build_dir = build_dir
         self.dir = tempfile.mkdtemp(prefix="csk-stack-", dir="/tmp")
         self.api = ApiServer(os.path.join(self.dir, "api")).start()
+        self.tls_dir = make_certificates(os.path.join(self.dir, "tls"))
         self.nodes = [Node(self, n) for n in nodes]
         self.frontends = []
 

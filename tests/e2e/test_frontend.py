@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import unittest
 import uuid
@@ -15,68 +14,25 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from agent_fixture import AgentProcess, free_port
+from agent_client import code_of
+from agent_fixture import AgentProcess
 from compute_client import Compute
+from frontend_fixture import FrontendProcess
 
 BUILD_DIR = sys.argv[1]
 MIB = 1024 * 1024
 CHUNK = 16 * MIB
 
 
-def code_of(fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-        return grpc.StatusCode.OK
-    except grpc.RpcError as e:
-        return e.code()
+class Frontend(FrontendProcess):
+    """compute-frontend in local mode on the given agents."""
 
-
-class Frontend:
     def __init__(self, agents):
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
         self.agents = agents
-        self.log_path = f"/tmp/cs-frontend-{self.port}.log"
-        self.proc = None
-        self.start()
+        super().__init__(BUILD_DIR, "/tmp")
 
-    def start(self):
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [os.path.join(BUILD_DIR, "bin", "compute-frontend"), "--listen", self.address,
-             "--agents", ",".join(a.address for a in self.agents), "--agent-poll-ms", "200",
-             "--shutdown-grace-ms", "3000"], stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        deadline = time.monotonic() + 30
-        client = Compute(BUILD_DIR, self.address)
-        while True:
-            # Serving once a validation error comes back (nothing needs an agent for it).
-            if code_of(client.describe, "x") == grpc.StatusCode.INVALID_ARGUMENT:
-                client.close()
-                return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("frontend did not start:\n" + self.log())
-            time.sleep(0.05)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-        return self.proc.returncode
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def fd_count(self):
-        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-
-    def thread_count(self):
-        return len(os.listdir(f"/proc/{self.proc.pid}/task"))
-
-    def thread_names(self):
-        return sorted(open(f"/proc/{self.proc.pid}/task/{t}/comm").read().strip()
-                      for t in os.listdir(f"/proc/{self.proc.pid}/task"))
+    def argv_tail(self):
+        return ["--agents", ",".join(a.address for a in self.agents), "--agent-poll-ms", "200"]
 
 
 class FrontendTest(unittest.TestCase):
@@ -279,7 +235,7 @@ class FrontendTest(unittest.TestCase):
         def session(i):
             c = Compute(BUILD_DIR, self.fe.address)
             try:
-                sid = c.create(f"tenant-conc", f"session-{i}-{uuid.uuid4().hex[:6]}").sandbox_id
+                sid = c.create("tenant-conc", f"session-{i}-{uuid.uuid4().hex[:6]}").sandbox_id
                 out, _, done, _ = c.exec(sid, "sh", "-c", f"echo {i}")
                 assert (out, done.exit_code) == (f"{i}\n".encode(), 0), (out, done)
                 payload = os.urandom(64 * 1024)

@@ -11,11 +11,9 @@ at once.
 Usage: test_kube_e2e.py BUILD_DIR [unittest args]"""
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import unittest
 import uuid
@@ -24,19 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 import test_frontend as tf
+from agent_client import code_of
 from compute_client import Compute
 from kube_stack import SANDBOX_NS, KubeStack
 
 BUILD_DIR = sys.argv[1]
 ANN = "compute.paper-board.io/"
-
-
-def code_of(fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-        return grpc.StatusCode.OK
-    except grpc.RpcError as e:
-        return e.code()
 
 
 def pod_name(tenant, session):

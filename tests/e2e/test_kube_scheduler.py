@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,9 +25,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "kube"))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
+from agent_client import code_of  # noqa: E402
 from agent_fixture import free_port  # noqa: E402
 from apiserver import ApiServer  # noqa: E402
 from compute_client import Compute  # noqa: E402
+from frontend_fixture import FrontendProcess  # noqa: E402
 
 BUILD_DIR = sys.argv[1]
 sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
@@ -40,14 +41,6 @@ SANITIZED = os.environ.get("CS_SANITIZED", "") in ("1", "ON", "TRUE", "true")
 LBL_ID = "compute.paper-board.io/sandbox-id"
 ANN = "compute.paper-board.io/"
 USAGE_CPU_MS = 1234
-
-
-def code_of(fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-        return grpc.StatusCode.OK
-    except grpc.RpcError as e:
-        return e.code()
 
 
 def error_of(fn, *args, **kw):
@@ -117,48 +110,16 @@ class FakeAgent:
         self.server.stop(0)
 
 
-class KubeFrontend:
-    def __init__(self, api, *extra, name="fe"):
+class KubeFrontend(FrontendProcess):
+    def __init__(self, api, *extra):
         self.api = api
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
         self.extra = list(extra)
-        self.log_path = os.path.join(api.state_dir, f"{name}-{self.port}.log")
-        self.proc = None
-        self.start()
+        super().__init__(BUILD_DIR, api.state_dir)
 
-    def args(self):
-        return [os.path.join(BUILD_DIR, "bin", "compute-frontend"), "--scheduler", "kube",
-                "--kubeconfig", self.api.kubeconfig_path, "--sandbox-namespace", NS,
-                "--agent-namespace", AGENT_NS, "--sandbox-image", "busybox:stable",
-                "--listen", self.address, "--shutdown-grace-ms", "3000",
-                "--log-level", "debug"] + self.extra
-
-    def start(self):
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        deadline = time.monotonic() + 60
-        client = Compute(BUILD_DIR, self.address)
-        try:
-            while True:
-                if code_of(client.describe, "x") == grpc.StatusCode.INVALID_ARGUMENT:
-                    return
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("frontend did not start:\n" + self.log())
-                time.sleep(0.05)
-        finally:
-            client.close()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-        return self.proc.returncode
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
+    def argv_tail(self):
+        return ["--scheduler", "kube", "--kubeconfig", self.api.kubeconfig_path,
+                "--sandbox-namespace", NS, "--agent-namespace", AGENT_NS,
+                "--sandbox-image", "busybox:stable", "--log-level", "debug"] + self.extra
 
 
 def run_gc(api, *extra):
@@ -296,7 +257,7 @@ class KubeSchedulerTest(unittest.TestCase):
                          "10Gi")
 
     def test_concurrent_creates_two_frontends_one_pod(self):
-        fe2 = KubeFrontend(self.api, name="fe2")
+        fe2 = KubeFrontend(self.api)
         self.extra_fes.append(fe2)
         c2 = Compute(BUILD_DIR, fe2.address)
         try:
@@ -426,7 +387,7 @@ class KubeSchedulerTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 10)
 
     def test_wait_ready_limit(self):
-        fe = KubeFrontend(self.api, "--wait-ready-ms", "800", name="fe-wait")
+        fe = KubeFrontend(self.api, "--wait-ready-ms", "800")
         self.extra_fes.append(fe)
         c = Compute(BUILD_DIR, fe.address)
         try:
@@ -547,7 +508,7 @@ class KubeSchedulerTest(unittest.TestCase):
         self.make_pvc(future, "2099-01-01T00:00:00Z")
         self.make_pvc(live)
         # A destroy through a frontend whose grace is 0: expired at once.
-        fe = KubeFrontend(self.api, "--delete-grace-s", "0", name="fe-gc")
+        fe = KubeFrontend(self.api, "--delete-grace-s", "0")
         self.extra_fes.append(fe)
         c = Compute(BUILD_DIR, fe.address)
         try:
@@ -693,7 +654,7 @@ class KubeSchedulerTest(unittest.TestCase):
             api2.stop()
 
     def test_sigterm_with_watches_and_calls_open(self):
-        fe = KubeFrontend(self.api, name="fe-term")
+        fe = KubeFrontend(self.api)
         c = Compute(BUILD_DIR, fe.address)
         try:
             r = c.create(*self.new_session())

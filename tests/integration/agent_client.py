@@ -5,6 +5,15 @@ import sys
 import grpc
 
 
+def code_of(fn, *args, **kw):
+    """The gRPC status code fn(*args, **kw) ends with (OK when it returns)."""
+    try:
+        fn(*args, **kw)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+
+
 def collect_exec(stream):
     """Reads an ExecEvent stream to its end: (stdout bytes, stderr bytes, ExecCompleted,
     every event). Both services stream compute.v1.ExecEvent."""

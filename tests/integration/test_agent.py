@@ -14,19 +14,11 @@ import uuid
 
 import grpc
 
+from agent_client import code_of
 from agent_fixture import AgentProcess
 
 BUILD_DIR = sys.argv[1]
 MIB = 1024 * 1024
-
-
-def code_of(fn, *args, **kw):
-    """The gRPC status code a call ends with (OK if it succeeds)."""
-    try:
-        fn(*args, **kw)
-        return grpc.StatusCode.OK
-    except grpc.RpcError as e:
-        return e.code()
 
 
 class AgentTest(unittest.TestCase):

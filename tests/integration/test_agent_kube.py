@@ -7,7 +7,6 @@ Usage: test_agent_kube.py BUILD_DIR [unittest args]"""
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -17,21 +16,13 @@ import uuid
 import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
-from agent_client import collect_exec  # noqa: E402
+from agent_client import code_of, collect_exec  # noqa: E402
 from agent_fixture import AgentProcess  # noqa: E402
 from cri import CriRuntime  # noqa: E402
 
 BUILD_DIR = sys.argv[1]
 NS = "compute-sandboxes"
 MIB = 1024 * 1024
-
-
-def code_of(fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-        return grpc.StatusCode.OK
-    except grpc.RpcError as e:
-        return e.code()
 
 
 class KubeAgentTest(unittest.TestCase):
