@@ -128,7 +128,10 @@ static int64_t retry_after_ms(json_t *status)
 {
         json_t *v = kube_get_key(status, "details", "retryAfterSeconds", NULL);
 
-        return json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) * 1000 : 0;
+        if (!json_is_integer(v) || json_integer_value(v) <= 0)
+                return 0;
+        /* Bounded: a server's hint, not a reason to stop watching for long. */
+        return json_integer_value(v) > 300 ? 300000 : json_integer_value(v) * 1000;
 }
 
 /* Records a failure: logged when an incident starts, kept for wait_synced's message. */
@@ -204,7 +207,8 @@ static int list_page(kube_cache *c, const char *cont, json_t *objects, char **re
         const char *s;
         size_t i;
 
-        if (kube_request(c->client, "GET", path, NULL, &resp, &err) < 0) {
+        /* The stop fd ends a LIST in flight too: stopping never waits for a slow server. */
+        if (kube_request_ex(c->client, "GET", path, NULL, 0, c->stop_fd, &resp, &err) < 0) {
                 note_failure(c, err->msg);
                 return -1;
         }
@@ -293,7 +297,13 @@ static void apply_locked(kube_cache *c, const char *type, json_t *obj)
         if (!name)
                 return;
         if (strcmp(type, "DELETED") == 0) {
-                json_object_del(c->objects, name);
+                /* A late DELETED of an old incarnation must not drop a newer one (recreated
+                 * under the same name and upserted already). */
+                json_t *old = json_object_get(c->objects, name);
+                const char *uid = kube_get_str(obj, "metadata.uid");
+                const char *old_uid = old ? kube_get_str(old, "metadata.uid") : NULL;
+                if (!uid || !old_uid || strcmp(uid, old_uid) == 0)
+                        json_object_del(c->objects, name);
         } else {
                 json_t *old = json_object_get(c->objects, name);
                 /* An upsert may have put a newer copy there already. */

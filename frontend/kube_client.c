@@ -906,8 +906,30 @@ static int method_setup(CURL *h, const char *method, const char *body, const cha
 
 /* ---- requests ---- */
 
+static int64_t min_i64(int64_t a, int64_t b)
+{
+        return a < b ? a : b;
+}
+
+static int cancel_check(int cancel_fd);
+
+/* The progress callback of a request with a cancel fd: non-zero (abort) once it is readable.
+ * libcurl calls it about once a second even while nothing moves. */
+static int request_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+                            curl_off_t ultotal, curl_off_t ulnow)
+{
+        (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+        return cancel_check(*(const int *)userdata) != 0;
+}
+
 int kube_request(kube_client *kc, const char *method, const char *path, json_t *body,
                  kube_response *ret, cs_error **err)
+{
+        return kube_request_ex(kc, method, path, body, 0, -1, ret, err);
+}
+
+int kube_request_ex(kube_client *kc, const char *method, const char *path, json_t *body,
+                    int64_t timeout_ms, int cancel_fd, kube_response *ret, cs_error **err)
 {
         _cleanup_free_ char *url = cs_xasprintf("%s%s", kc->server, path);
         _cleanup_free_ char *payload = NULL;
@@ -940,7 +962,16 @@ int kube_request(kube_client *kc, const char *method, const char *path, json_t *
         }
         rc = easy_setup(kc, h, url, ct, errbuf, &headers);
         if (rc == CURLE_OK)
-                rc = curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)kc->timeout_ms);
+                rc = curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                                      (long)(timeout_ms > 0 ? min_i64(timeout_ms, kc->timeout_ms)
+                                                            : kc->timeout_ms));
+        if (rc == CURLE_OK && cancel_fd >= 0) {
+                rc = curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, request_progress);
+                if (rc == CURLE_OK)
+                        rc = curl_easy_setopt(h, CURLOPT_XFERINFODATA, &cancel_fd);
+                if (rc == CURLE_OK)
+                        rc = curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        }
         if (rc == CURLE_OK)
                 rc = curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_write);
         if (rc == CURLE_OK)
@@ -955,6 +986,10 @@ int kube_request(kube_client *kc, const char *method, const char *path, json_t *
                 cs_error_set(err, GRPC_STATUS_INTERNAL,
                              "kube %s %s: response body larger than %u bytes", method, path,
                              KUBE_MAX_BODY);
+                goto out;
+        }
+        if (rc == CURLE_ABORTED_BY_CALLBACK) {
+                cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "kube %s %s: cancelled", method, path);
                 goto out;
         }
         if (rc != CURLE_OK) {

@@ -82,6 +82,13 @@ const char *kube_response_reason(const kube_response *r);
 int kube_request(kube_client *kc, const char *method, const char *path, json_t *body,
                  kube_response *ret, cs_error **err);
 
+/* kube_request with limits of its own: the whole request within timeout_ms (<= 0: the
+ * client's timeout), and ended early when cancel_fd (-1: none) becomes readable, within
+ * about a second (UNAVAILABLE, "cancelled"). For requests made on behalf of a call with a
+ * deadline, and for threads that must stop promptly. */
+int kube_request_ex(kube_client *kc, const char *method, const char *path, json_t *body,
+                    int64_t timeout_ms, int cancel_fd, kube_response *ret, cs_error **err);
+
 /* One watch event: type is "ADDED", "MODIFIED", "DELETED", "BOOKMARK" or "ERROR" (object is
  * then a Status, e.g. code 410 when the resourceVersion is too old). object is borrowed for
  * the duration of the callback (json_incref to keep it). Return 0 to go on, non-zero to end

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "path.h"
 #include "rpc.h"
 #include "usage.h"
 
@@ -45,7 +46,7 @@ typedef struct fe_route {
         char sandbox_id[64];
         /* kube mode: the PodRef the agent looks the sandbox up by */
         char pod_namespace[64], pod_name[256], pod_uid[64];
-        char mount_path[1024 + 1];
+        char mount_path[CS_MOUNT_PATH_MAX + 1];
 } fe_route;
 
 typedef struct scheduler scheduler;

@@ -57,6 +57,7 @@
 #define MANAGED_BY        "compute-frontend"
 #define SANDBOX_APP_NAME  "compute-sandbox"
 #define SANDBOX_CONTAINER "sandbox"
+#define WORKSPACE_VOLUME  "workspace"
 #define SANDBOX_SELECTOR  LABEL_MANAGED_BY "=" MANAGED_BY
 #define KEEPALIVE         "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 
@@ -77,22 +78,27 @@
 
 /* API requests that fail transiently (transport, 429, 5xx) are tried this many times in
  * all, API_BACKOFF_MS apart and doubling, within the call's deadline. */
-#define API_ATTEMPTS   3
-#define API_BACKOFF_MS 200
+#define API_ATTEMPTS 3
+/* The GC leaves younger objects alone when it looks for orphans (a create makes the pod,
+ * then the PVC, within a call's deadline). */
+#define GC_ORPHAN_AGE_MS (10ll * 60 * 1000)
+/* The longest a Retry-After from the API server makes a request wait. */
+#define API_RETRY_AFTER_MAX_MS 30000
+#define API_BACKOFF_MS         200
 /* A create that finds the session's previous pod terminating waits this long for it. */
 #define CREATE_WAIT_MS 30000
 /* While waiting for a pod, re-read it directly at least this often (the cache may not have
  * it yet when another replica made it). */
 #define WAIT_POLL_MS 1000
-/* Distinct node agent addresses with a channel. Channels are borrowed by routes for the
- * life of the scheduler, so they are never freed early; an agent pod that moves to a new IP
- * adds one. */
-#define MAX_CHANNELS 4096
+/* A channel no route holds and no agent pod has the address of any more (the pod moved to
+ * another IP, its node went away) is freed by the first lookup after this long. */
+#define CHANNEL_SWEEP_MS 60000
 
 typedef struct channel {
         struct channel *next;
         char *addr;
         rpc_channel *ch;
+        unsigned refs; /* routes holding it (until their call ends) */
 } channel;
 
 typedef struct kube {
@@ -104,7 +110,7 @@ typedef struct kube {
 
         pthread_mutex_t lock; /* channels */
         channel *channels;
-        unsigned n_channels;
+        int64_t swept_ms;
 } kube;
 
 #define KUBE(s) ((kube *)(s))
@@ -119,16 +125,27 @@ static void kube_response_clearp(kube_response *r)
 }
 #define _cleanup_resp_ _cleanup_(kube_response_clearp)
 
-/* "sbx-" and the first 16 bytes of sha256(tenant "/" session), in hex. */
+/* "sbx-" and the first 16 bytes of sha256(tenant NUL session), in hex. The ids are printable
+ * ASCII (the service checks), so the NUL keeps the key unambiguous: ("a/b", "c") and
+ * ("a", "b/c") name different pods. */
 static void pod_name_for(const char *tenant, const char *session, char ret[static 4 + 32 + 1])
 {
-        _cleanup_free_ char *key = cs_xasprintf("%s/%s", tenant, session);
+        size_t nt = strlen(tenant), ns = strlen(session);
+        _cleanup_free_ char *key = cs_xmalloc(nt + 1 + ns);
         uint8_t md[SHA256_DIGEST_LENGTH];
 
-        SHA256((const unsigned char *)key, strlen(key), md);
+        memcpy(key, tenant, nt);
+        key[nt] = '\0';
+        memcpy(key + nt + 1, session, ns);
+        SHA256((const unsigned char *)key, nt + 1 + ns, md);
         memcpy(ret, "sbx-", 4);
         for (int i = 0; i < 16; i++)
                 snprintf(ret + 4 + 2 * i, 3, "%02x", md[i]);
+}
+
+static bool streq0(const char *a, const char *b)
+{
+        return a && b && strcmp(a, b) == 0;
 }
 
 static const char *label(json_t *obj, const char *key)
@@ -168,10 +185,13 @@ static bool label_value_ok(const char *s)
         return true;
 }
 
+/* Sleeps ms (at most API_RETRY_AFTER_MAX_MS), or until the call is cancelled. */
 static void sleep_call(rpc_call *call, int64_t ms)
 {
         struct pollfd p = { .fd = call ? rpc_call_cancel_fd(call) : -1, .events = POLLIN };
 
+        if (ms > API_RETRY_AFTER_MAX_MS)
+                ms = API_RETRY_AFTER_MAX_MS;
         if (ms > 0)
                 poll(&p, 1, (int)ms);
 }
@@ -179,6 +199,11 @@ static void sleep_call(rpc_call *call, int64_t ms)
 static int64_t min64(int64_t a, int64_t b)
 {
         return a < b ? a : b;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+        return a > b ? a : b;
 }
 
 /* --- API requests ---------------------------------------------------------------------- */
@@ -189,37 +214,55 @@ static bool transient(long status)
 }
 
 /* Sends one request, trying again after transport failures, 429 and 5xx (API_ATTEMPTS in
- * all, within the call's deadline; the Status body's retryAfterSeconds is honoured when it
- * fits). 0 with *ret for any other answer, whatever its status (the caller decides what a
- * 404 or 409 means); -1 with UNAVAILABLE when every attempt failed. */
+ * all, within the call's deadline, each attempt bounded by what is left of it and ended by
+ * the call's cancellation; the Status body's retryAfterSeconds is honoured when it fits).
+ * 0 with *ret for any other answer, whatever its status (the caller decides what a 404 or
+ * 409 means); -1 with UNAVAILABLE when every attempt failed, DEADLINE_EXCEEDED when the
+ * call's deadline passed, or the client's own error (INTERNAL: a malformed answer). */
 static int api(kube_client *kc, rpc_call *call, const char *method, const char *path, json_t *body,
                kube_response *ret, cs_error **err)
 {
         int64_t delay = API_BACKOFF_MS;
+        int64_t deadline = call ? rpc_call_deadline_ms(call) : INT64_MAX;
+        int cancel_fd = call ? rpc_call_cancel_fd(call) : -1;
 
         for (int attempt = 1;; attempt++) {
                 _cleanup_error_ cs_error *e = NULL;
                 _cleanup_free_ char *why = NULL;
                 kube_response resp = { 0 };
-                int64_t wait = delay, deadline = call ? rpc_call_deadline_ms(call) : INT64_MAX;
+                int64_t wait = delay, timeout = 0;
 
-                if (kube_request(kc, method, path, body, &resp, &e) == 0 &&
+                if (deadline != INT64_MAX) {
+                        timeout = deadline - cs_now_monotonic_ms();
+                        if (timeout <= 0)
+                                return cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                                    "Kubernetes API %s %s: the call's deadline "
+                                                    "passed",
+                                                    method, path);
+                }
+                if (kube_request_ex(kc, method, path, body, timeout, cancel_fd, &resp, &e) == 0 &&
                     !transient(resp.status)) {
                         *ret = resp;
                         return 0;
                 }
+                if (e && e->code != GRPC_STATUS_UNAVAILABLE) {
+                        /* Not transient: a malformed answer or a bad request of ours. */
+                        *err = TAKE_PTR(e);
+                        return -1;
+                }
                 if (e) {
                         why = cs_xstrdup(e->msg);
                 } else {
-                        json_t *ra = kube_get_key(resp.body, "details", "retryAfterSeconds", NULL);
+                        json_int_t ra = json_integer_value(
+                                kube_get_key(resp.body, "details", "retryAfterSeconds", NULL));
                         why = cs_xasprintf("HTTP %ld: %s", resp.status,
                                            kube_response_message(&resp));
-                        if (json_integer_value(ra) > 0)
-                                wait = json_integer_value(ra) * 1000;
+                        if (ra > 0)
+                                wait = (int64_t)min64(ra, API_RETRY_AFTER_MAX_MS / 1000) * 1000;
                         kube_response_clear(&resp);
                 }
                 if (attempt >= API_ATTEMPTS || (call && rpc_call_cancelled(call)) ||
-                    cs_now_monotonic_ms() + wait >= deadline)
+                    (deadline != INT64_MAX && cs_now_monotonic_ms() + wait >= deadline))
                         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
                                             "Kubernetes API %s %s: %s", method, path, why);
                 sleep_call(call, wait);
@@ -378,6 +421,10 @@ static fe_status pod_status(json_t *pod)
 {
         const char *phase = kube_get_str(pod, "status.phase") ?: "";
 
+        /* Being deleted by someone else (a destroy marks the PVC first, and the caller
+         * checks that): it will not serve again. */
+        if (being_deleted(pod))
+                return FE_STATUS_FAILED;
         if (strcmp(phase, "Running") == 0)
                 return pod_ready(pod) ? FE_STATUS_READY : FE_STATUS_STARTING;
         if (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)
@@ -469,59 +516,144 @@ static int64_t agent_port_of(kube *k, json_t *agent)
 }
 
 /* The channel to the agent on node, borrowed for the scheduler's life. */
-static int agent_channel(kube *k, const char *node, rpc_channel **ret, cs_error **err)
+/* An agent pod's gRPC address ("ip:port", "[ip6]:port"), malloc'd; NULL without a pod IP. */
+static char *agent_addr(kube *k, json_t *agent)
+{
+        const char *ip = kube_get_str(agent, "status.podIP");
+
+        if (!ip || !ip[0])
+                return NULL;
+        return cs_xasprintf(strchr(ip, ':') ? "[%s]:%" PRId64 : "%s:%" PRId64, ip,
+                            agent_port_of(k, agent));
+}
+
+static bool match_addr(json_t *agent, void *userdata)
+{
+        kube *k = ((void **)userdata)[0];
+        _cleanup_free_ char *addr = agent_addr(k, agent);
+
+        return addr && strcmp(addr, ((void **)userdata)[1]) == 0;
+}
+
+/* Frees the channels no route holds whose address no agent pod has any more. */
+static void channels_sweep_locked(kube *k)
+{
+        int64_t now = cs_now_monotonic_ms();
+
+        if (now - k->swept_ms < CHANNEL_SWEEP_MS)
+                return;
+        k->swept_ms = now;
+        for (channel **pp = &k->channels; *pp;) {
+                channel *c = *pp;
+                void *ud[2] = { k, c->addr };
+                _cleanup_json_ json_t *agent =
+                        c->refs ? NULL : kube_cache_find(k->agents, match_addr, ud);
+
+                if (c->refs || agent) {
+                        pp = &c->next;
+                        continue;
+                }
+                *pp = c->next;
+                rpc_channel_free(c->ch);
+                free(c->addr);
+                free(c);
+        }
+}
+
+/* The channel to the agent on node, held (channel_release when done). */
+static int agent_channel(kube *k, const char *node, channel **ret, cs_error **err)
 {
         _cleanup_json_ json_t *agent = kube_cache_find(k->agents, match_agent, (void *)node);
-        _cleanup_free_ char *addr = NULL;
-        const char *ip;
+        _cleanup_free_ char *addr = agent ? agent_addr(k, agent) : NULL;
         channel *c;
 
-        if (!agent)
+        if (!addr)
                 return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "no node agent on node %s", node);
-        ip = kube_get_str(agent, "status.podIP");
-        addr = cs_xasprintf(strchr(ip, ':') ? "[%s]:%" PRId64 : "%s:%" PRId64, ip,
-                            agent_port_of(k, agent));
         pthread_mutex_lock(&k->lock);
+        channels_sweep_locked(k);
         for (c = k->channels; c; c = c->next) {
                 if (strcmp(c->addr, addr) == 0)
                         break;
         }
-        if (!c && k->n_channels < MAX_CHANNELS) {
+        if (!c) {
                 c = cs_xcalloc(1, sizeof(*c));
                 c->addr = TAKE_PTR(addr);
                 c->ch = rpc_channel_new(c->addr);
                 c->next = k->channels;
                 k->channels = c;
-                k->n_channels++;
         }
+        c->refs++;
         pthread_mutex_unlock(&k->lock);
-        if (!c)
-                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                    "more than %d node agent addresses seen; restart the "
-                                    "frontend",
-                                    MAX_CHANNELS);
-        *ret = c->ch;
+        *ret = c;
         return 0;
 }
 
-/* The route to a sandbox pod that is on a node. */
-static int route_of_pod(kube *k, const char *id, json_t *pod, fe_route *ret, cs_error **err)
+static void channel_release(kube *k, channel *c)
+{
+        pthread_mutex_lock(&k->lock);
+        c->refs--;
+        pthread_mutex_unlock(&k->lock);
+}
+
+typedef struct channel_hold {
+        kube *k;
+        channel *c;
+} channel_hold;
+
+static void channel_hold_end(void *arg)
+{
+        channel_hold *h = arg;
+
+        channel_release(h->k, h->c);
+        free(h);
+}
+
+/* Where the pod mounts its workspace: the sandbox container's volumeMount of the
+ * "workspace" volume (a pod's spec cannot change; its annotations can). */
+static const char *workspace_mount_path(json_t *pod)
+{
+        json_t *containers = kube_get_key(pod, "spec", "containers", NULL), *c, *m;
+        size_t i, j;
+
+        json_array_foreach(containers, i, c)
+        {
+                if (!streq0(kube_get_str(c, "name"), SANDBOX_CONTAINER))
+                        continue;
+                json_array_foreach(json_object_get(c, "volumeMounts"), j, m)
+                {
+                        if (streq0(kube_get_str(m, "name"), WORKSPACE_VOLUME))
+                                return kube_get_str(m, "mountPath");
+                }
+        }
+        return NULL;
+}
+
+/* The route to a sandbox pod that is on a node; *ret_hold is the channel it holds
+ * (channel_release when the route is no longer used). */
+static int route_of_pod(kube *k, const char *id, json_t *pod, fe_route *ret, channel **ret_hold,
+                        cs_error **err)
 {
         const char *node = kube_get_str(pod, "spec.nodeName");
-        const char *mp = annotation(pod, ANN_MOUNT_PATH);
+        const char *mp = workspace_mount_path(pod);
+        channel *c = NULL;
 
         memset(ret, 0, sizeof(*ret));
         if (!node || !node[0])
                 return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "sandbox %s has no node yet", id);
-        if (agent_channel(k, node, &ret->channel, err) < 0)
+        if (!mp || strlen(mp) >= sizeof(ret->mount_path))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "pod of sandbox %s has no usable workspace volumeMount", id);
+        if (agent_channel(k, node, &c, err) < 0)
                 return -1;
+        ret->channel = c->ch;
+        *ret_hold = c;
         snprintf(ret->sandbox_id, sizeof(ret->sandbox_id), "%s", id);
         snprintf(ret->pod_namespace, sizeof(ret->pod_namespace), "%s",
                  kube_get_str(pod, "metadata.namespace") ?: k->ns);
         snprintf(ret->pod_name, sizeof(ret->pod_name), "%s",
                  kube_get_str(pod, "metadata.name") ?: "");
         snprintf(ret->pod_uid, sizeof(ret->pod_uid), "%s", kube_get_str(pod, "metadata.uid") ?: "");
-        snprintf(ret->mount_path, sizeof(ret->mount_path), "%s", mp ?: DEFAULT_MOUNT_PATH);
+        snprintf(ret->mount_path, sizeof(ret->mount_path), "%s", mp);
         return 0;
 }
 
@@ -535,8 +667,10 @@ static int agent_usage(kube *k, rpc_call *call, const char *id, json_t *pod, usa
         Nodeagent__V1__GetUsageResponse *resp = NULL;
         rpc_call_options opts = { .timeout_ms = k->agent_timeout_ms, .parent = call };
         fe_route route;
+        channel *hold;
+        int r;
 
-        if (route_of_pod(k, id, pod, &route, err) < 0)
+        if (route_of_pod(k, id, pod, &route, &hold, err) < 0)
                 return -1;
         pr.pod_namespace = route.pod_namespace;
         pr.pod_name = route.pod_name;
@@ -545,10 +679,14 @@ static int agent_usage(kube *k, rpc_call *call, const char *id, json_t *pod, usa
         ref.sandbox_id = (char *)id;
         ref.pod = &pr;
         req.ref = &ref;
-        if (rpc_unary(route.channel, NA("GetUsage"), &req.base,
+        r = rpc_unary(route.channel, NA("GetUsage"), &req.base,
                       &nodeagent__v1__get_usage_response__descriptor, &opts,
-                      (ProtobufCMessage **)&resp, err) < 0)
-                return cs_error_prefix(err, "node agent %s", rpc_channel_target(route.channel));
+                      (ProtobufCMessage **)&resp, err);
+        if (r < 0)
+                cs_error_prefix(err, "node agent %s", rpc_channel_target(route.channel));
+        channel_release(k, hold);
+        if (r < 0)
+                return -1;
         pb_usage_read(resp->usage, ret);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         return 0;
@@ -712,8 +850,8 @@ static json_t *pod_build(kube *k, const norm_spec *spec, const char *name, const
                 (json_int_t)((spec->max_runtime_ms + 999) / 1000), "terminationGracePeriodSeconds",
                 (json_int_t)5, "containers", "name", SANDBOX_CONTAINER, "image", spec->image,
                 "command", "/bin/sh", "-c", KEEPALIVE, "resources", "requests", res, "limits", res,
-                "volumeMounts", "name", "workspace", "mountPath", spec->mount_path, "volumes",
-                "name", "workspace", "persistentVolumeClaim", "claimName", claim);
+                "volumeMounts", "name", WORKSPACE_VOLUME, "mountPath", spec->mount_path, "volumes",
+                "name", WORKSPACE_VOLUME, "persistentVolumeClaim", "claimName", claim);
 
         json_decref(res);
         if (pod && k->runtime_class[0])
@@ -790,8 +928,8 @@ typedef enum adopt {
 
 /* The POST met an existing pod of that name: decides whether it is the session's live
  * sandbox (*ret_pod, *ret_id), or on its way out (then waits for it to go). */
-static int adopt_existing(kube *k, rpc_call *call, const char *name, int64_t deadline,
-                          json_t **ret_pod, adopt *ret, cs_error **err)
+static int adopt_existing(kube *k, rpc_call *call, const norm_spec *spec, const char *name,
+                          int64_t deadline, json_t **ret_pod, adopt *ret, cs_error **err)
 {
         _cleanup_free_ char *coll = pods_path(k);
         _cleanup_json_ json_t *pod = NULL, *pvc = NULL;
@@ -807,6 +945,14 @@ static int adopt_existing(kube *k, rpc_call *call, const char *name, int64_t dea
                 return cs_error_set(err, GRPC_STATUS_INTERNAL,
                                     "pod %s/%s exists but carries no valid %s label", k->ns, name,
                                     LABEL_SANDBOX_ID);
+        /* The name is the session's; a pod of another session under it (a hash collision, or
+         * an object someone else made) is never handed out. */
+        if (!streq0(annotation(pod, ANN_TENANT_ID), spec->tenant_id) ||
+            !streq0(annotation(pod, ANN_SESSION_ID), spec->session_id))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "pod %s/%s belongs to another tenant or session (name "
+                                    "collision); not using it",
+                                    k->ns, name);
         if (!being_deleted(pod)) {
                 if (get_pvc(k, call, id, &pvc, err) < 0)
                         return -1;
@@ -867,7 +1013,7 @@ static int kube_create(scheduler *s, const fe_spec *in, rpc_call *call, fe_view 
                 }
                 if (r.status != 409)
                         return api_fail(&r, err, "creating pod %s/%s", k->ns, name);
-                if (adopt_existing(k, call, name, deadline, &pod, &a, err) < 0)
+                if (adopt_existing(k, call, &spec, name, deadline, &pod, &a, err) < 0)
                         return -1;
         }
         id = label(pod, LABEL_SANDBOX_ID);
@@ -1071,8 +1217,17 @@ static int kube_route(scheduler *s, const char *id, rpc_call *call, fe_route *re
                 if (!pod || being_deleted(pod))
                         return not_routable(k, call, id, pod, err);
                 switch (pod_status(pod)) {
-                case FE_STATUS_READY:
-                        return route_of_pod(k, id, pod, ret, err);
+                case FE_STATUS_READY: {
+                        /* The channel is held until the call ends (the route borrows it). */
+                        channel_hold *h = cs_xcalloc(1, sizeof(*h));
+                        if (route_of_pod(k, id, pod, ret, &h->c, err) < 0) {
+                                free(h);
+                                return -1;
+                        }
+                        h->k = k;
+                        rpc_call_defer(call, channel_hold_end, h);
+                        return 0;
+                }
                 case FE_STATUS_FAILED:
                         return failed_precondition(id, pod, err);
                 default:
@@ -1148,7 +1303,7 @@ static kube_client *client_new(const kube_config *cfg, cs_error **err)
 scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
 {
         kube *k = cs_xcalloc(1, sizeof(*k));
-        int64_t sync_ms = cfg->sync_timeout_ms > 0 ? cfg->sync_timeout_ms : 30000;
+        int64_t sync_ms = cfg->sync_timeout_ms > 0 ? cfg->sync_timeout_ms : 30000, sync_end;
         _cleanup_free_ char *pods = NULL, *agents = NULL;
 
         k->s.ops = &kube_ops;
@@ -1193,8 +1348,11 @@ scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
                                    err);
         if (!k->agents)
                 goto fail;
+        /* Both caches list at once; together they get sync_ms. */
+        sync_end = cs_now_monotonic_ms() + sync_ms;
         if (kube_cache_wait_synced(k->pods, sync_ms, err) < 0 ||
-            kube_cache_wait_synced(k->agents, sync_ms, err) < 0) {
+            kube_cache_wait_synced(k->agents, max64(sync_end - cs_now_monotonic_ms(), 1), err) <
+                    0) {
                 cs_error_prefix(err, "cannot read from the Kubernetes API server %s",
                                 kube_client_server(k->kc));
                 goto fail;
@@ -1263,6 +1421,98 @@ static void gc_pods(kube_client *kc, const char *ns, json_t *pods, json_t *destr
         }
 }
 
+/* Whether any of the objects carries the sandbox-id label id. */
+static bool has_sandbox(json_t *objects, const char *id)
+{
+        json_t *o;
+        size_t i;
+
+        json_array_foreach(objects, i, o)
+        {
+                if (streq0(label(o, LABEL_SANDBOX_ID), id))
+                        return true;
+        }
+        return false;
+}
+
+static int64_t age_ms(json_t *obj, int64_t now_ms)
+{
+        int64_t t = time_of(kube_get_str(obj, "metadata.creationTimestamp"));
+
+        return t ? now_ms - t : 0;
+}
+
+/* What no destroy will ever clean up:
+ *  - a PVC (older than GC_ORPHAN_AGE_MS, no delete-after) whose pod is gone: deleted outside
+ *    the frontend (eviction, an operator), or failed and replaced by a new sandbox of the
+ *    session. It gets delete-after = now + the grace, as a destroy would have done, so its
+ *    data outlives it by the same window and Describe answers DESTROYED.
+ *  - a pod (older than GC_ORPHAN_AGE_MS, still Pending) whose PVC was never made: its create
+ *    failed between the two and the client never retried. Deleted.
+ * Pods are made before their PVCs, and the PVCs were listed before the pods, so neither
+ * check can catch a create in progress. Returns how many objects it changed. */
+static unsigned gc_orphans(kube_client *kc, const char *ns, json_t *pvcs, json_t *pods,
+                           int64_t now_ms, int64_t grace_s)
+{
+        char now[32], after[32];
+        unsigned changed = 0;
+        json_t *o;
+        size_t i;
+
+        kube_time_format(now_ms, now);
+        kube_time_format(now_ms + grace_s * 1000, after);
+        json_array_foreach(pvcs, i, o)
+        {
+                _cleanup_error_ cs_error *e = NULL;
+                _cleanup_resp_ kube_response r = { 0 };
+                _cleanup_free_ char *path = NULL;
+                _cleanup_json_ json_t *patch = NULL;
+                const char *id = label(o, LABEL_SANDBOX_ID),
+                           *name = kube_get_str(o, "metadata.name");
+
+                if (!id || !name || annotation(o, ANN_DELETE_AFTER) || being_deleted(o) ||
+                    age_ms(o, now_ms) < GC_ORPHAN_AGE_MS || has_sandbox(pods, id))
+                        continue;
+                path = cs_xasprintf("/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+                patch = json_pack("{s:{s:s?, s:{s:s, s:s}}}", "metadata", "resourceVersion",
+                                  kube_get_str(o, "metadata.resourceVersion"), "annotations",
+                                  ANN_DELETE_AFTER, after, ANN_DESTROYED_AT, now);
+                if (api(kc, NULL, "PATCH", path, patch, &r, &e) < 0 || r.status != 200) {
+                        log_warn("gc: sandbox %s: cannot mark PVC %s/%s of a pod that is gone: %s",
+                                 id, ns, name, e ? e->msg : kube_response_message(&r));
+                        continue;
+                }
+                log_info("gc: sandbox %s: its pod is gone without a destroy; PVC %s/%s marked "
+                         "delete-after %s",
+                         id, ns, name, after);
+                changed++;
+        }
+        json_array_foreach(pods, i, o)
+        {
+                _cleanup_error_ cs_error *e = NULL;
+                _cleanup_free_ char *path = NULL;
+                const char *id = label(o, LABEL_SANDBOX_ID),
+                           *name = kube_get_str(o, "metadata.name");
+
+                if (!id || !name || being_deleted(o) || has_sandbox(pvcs, id) ||
+                    !streq0(kube_get_str(o, "status.phase"), "Pending") ||
+                    age_ms(o, now_ms) < GC_ORPHAN_AGE_MS)
+                        continue;
+                path = cs_xasprintf("/api/v1/namespaces/%s/pods/%s", ns, name);
+                if (delete_exact(kc, NULL, path, kube_get_str(o, "metadata.uid"),
+                                 kube_get_str(o, "metadata.resourceVersion"), &e) != 0) {
+                        if (e)
+                                log_warn("gc: sandbox %s: cannot delete pod %s/%s: %s", id, ns,
+                                         name, e->msg);
+                        continue;
+                }
+                log_info("gc: sandbox %s: deleted pod %s/%s, Pending without its PVC", id, ns,
+                         name);
+                changed++;
+        }
+        return changed;
+}
+
 int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, cs_error **err)
 {
         const char *ns = cfg->sandbox_namespace && cfg->sandbox_namespace[0]
@@ -1328,6 +1578,7 @@ int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, c
                 deleted++;
         }
         gc_pods(kc, ns, pods, destroyed);
+        gc_orphans(kc, ns, pvcs, pods, now_ms, cfg->delete_grace_s);
         kube_client_free(kc);
         *ret_deleted = deleted;
         if (failed)

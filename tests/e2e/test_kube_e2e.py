@@ -31,7 +31,7 @@ ANN = "compute.paper-board.io/"
 
 
 def pod_name(tenant, session):
-    return "sbx-" + hashlib.sha256(f"{tenant}/{session}".encode()).hexdigest()[:32]
+    return "sbx-" + hashlib.sha256(f"{tenant}\0{session}".encode()).hexdigest()[:32]
 
 
 def new_session():

@@ -52,7 +52,7 @@ def error_of(fn, *args, **kw):
 
 
 def pod_name(tenant, session):
-    return "sbx-" + hashlib.sha256(f"{tenant}/{session}".encode()).hexdigest()[:32]
+    return "sbx-" + hashlib.sha256(f"{tenant}\0{session}".encode()).hexdigest()[:32]
 
 
 class FakeAgent:
@@ -255,6 +255,31 @@ class KubeSchedulerTest(unittest.TestCase):
         self.assertEqual(len(self.pods_of(a.sandbox_id)), 1)
         self.assertEqual(self.pvc_of(a.sandbox_id)["spec"]["resources"]["requests"]["storage"],
                          "10Gi")
+
+    def test_ids_with_slashes_are_distinct_sessions(self):
+        # ("t/x", "y") and ("t", "x/y") are two sessions, never one pod.
+        base = "t" + uuid.uuid4().hex[:6]
+        a = self.c.create(base + "/x", "y").sandbox_id
+        b = self.c.create(base, "x/y").sandbox_id
+        self.assertNotEqual(a, b)
+        self.assertNotEqual(pod_name(base + "/x", "y"), pod_name(base, "x/y"))
+
+    def test_pod_of_another_session_under_the_name_is_not_used(self):
+        # A pod under the session's name but annotated for another tenant (a collision, or
+        # an object someone else made): refused, never handed out, nothing else made.
+        tenant, session = self.new_session()
+        other = self.c.create(*self.new_session())
+        theirs = self.pods_of(other.sandbox_id)[0]
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod_name(tenant, session),
+                            "labels": theirs["metadata"]["labels"],
+                            "annotations": theirs["metadata"]["annotations"]},
+               "spec": theirs["spec"]}
+        self.api.create("pods", NS, pod)
+        code, details = error_of(self.c.create, tenant, session)
+        self.assertEqual(code, grpc.StatusCode.INTERNAL)
+        self.assertIn("collision", details)
+        self.assertEqual(len(self.pods_of(other.sandbox_id)), 2)  # the original and the squatter
 
     def test_concurrent_creates_two_frontends_one_pod(self):
         fe2 = KubeFrontend(self.api)
@@ -537,6 +562,42 @@ class KubeSchedulerTest(unittest.TestCase):
         self.assertEqual(code_of(self.c.describe, expired), grpc.StatusCode.NOT_FOUND)
         self.api.delete("persistentvolumeclaims", NS, f"ws-{future}")
         self.api.delete("persistentvolumeclaims", NS, f"ws-{live}")
+
+    def backdate(self, resource, name, when="2020-01-01T00:00:00Z"):
+        """Makes an object look old (the API server itself never changes creationTimestamp)."""
+        with self.api.store.lock:
+            self.api.store.objects[resource][(NS, name)]["metadata"]["creationTimestamp"] = when
+
+    def test_gc_orphans(self):
+        # A pod deleted outside the frontend: once old enough, its PVC is marked as a
+        # destroy would have marked it, and Describe says DESTROYED.
+        gone = self.c.create(*self.new_session())
+        pod = self.pod_of(gone.sandbox_id)
+        self.api.delete("pods", NS, pod["metadata"]["name"], grace_period_seconds=0)
+        # A pod whose create died before its PVC, never retried: deleted once old enough.
+        stranded = str(uuid.uuid4())
+        self.api.create("pods", NS, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "sbx-stranded-" + stranded[:8], "labels": {
+                "app.kubernetes.io/managed-by": "compute-frontend", LBL_ID: stranded}},
+            "spec": pod["spec"]})
+        # The same, young: a create in progress, left alone.
+        young = self.c.create(*self.new_session())
+        self.api.delete("pods", NS, self.pod_of(young.sandbox_id)["metadata"]["name"],
+                        grace_period_seconds=0)
+        self.backdate("persistentvolumeclaims", f"ws-{gone.sandbox_id}")
+        self.backdate("pods", "sbx-stranded-" + stranded[:8])
+        out = run_gc(self.api)
+        self.assertEqual(out.returncode, 0, out.stdout.decode())
+        log = out.stdout.decode()
+        ann = self.pvc_of(gone.sandbox_id)["metadata"]["annotations"]
+        self.assertIn(ANN + "delete-after", ann)
+        self.assertIn(f"sandbox {gone.sandbox_id}: its pod is gone without a destroy", log)
+        self.assertEqual(self.c.describe(gone.sandbox_id).status, cpb.SANDBOX_STATUS_DESTROYED)
+        self.assertEqual(self.pods_of(stranded), [])
+        self.assertIn(f"sandbox {stranded}: deleted pod", log)
+        self.assertNotIn(ANN + "delete-after",
+                         self.pvc_of(young.sandbox_id)["metadata"].get("annotations", {}))
 
     def test_gc_unreachable(self):
         out = subprocess.run(
