@@ -277,7 +277,11 @@ static int cgroup_rel_path(const char *path, const char **ret_rel, cs_error **er
                 p += n;
                 p += strspn(p, "/");
         }
-        *ret_rel = *rel ? rel : ".";
+        /* The root is never a sandbox's cgroup: reading it would report the whole node. */
+        if (!*rel)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "no cgroup of its own (path '%s')", path);
+        *ret_rel = rel;
         return 0;
 }
 
@@ -460,9 +464,14 @@ static int read_v1_blkio(int dirfd, const char *dir, cgroup_sample *s, cs_error 
 {
         /* The throttle file counts every bio that passes the throttle layer; the others are
          * kept by the I/O scheduler (CFQ-era kernels, and BFQ on current ones, which have no
-         * plain blkio.io_service_bytes). The first that names a device wins. */
-        static const char *const names[] = { "blkio.throttle.io_service_bytes",
+         * plain blkio.io_service_bytes). The _recursive variants count the descendants too
+         * (a kube pod's cgroup has none of the processes itself: its sandbox runs in the
+         * pause container's child cgroup). The first that names a device wins. */
+        static const char *const names[] = { "blkio.throttle.io_service_bytes_recursive",
+                                             "blkio.throttle.io_service_bytes",
+                                             "blkio.io_service_bytes_recursive",
                                              "blkio.io_service_bytes",
+                                             "blkio.bfq.io_service_bytes_recursive",
                                              "blkio.bfq.io_service_bytes" };
 
         for (size_t i = 0; i < ARRAY_SIZE(names); i++) {

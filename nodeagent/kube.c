@@ -7,10 +7,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -26,9 +28,14 @@ typedef struct kube_entry {
                         its creation); retried on the next relist */
 } kube_entry;
 
+/* Misses relist the runsc root at most this often (each relist is a `runsc list`): a stream
+ * of lookups for pods that are not here cannot make the agent fork one per call. */
+#define KUBE_RELIST_MIN_MS 250
+
 struct kube_finder {
         runtime *rt;
-        char *host_root, *default_container;
+        char *host_root, *default_container, *namespaces, *volume_root;
+        int64_t relisted_ms; /* monotonic, the last relist */
         pthread_mutex_t lock;
         kube_entry *entries;
         size_t n;
@@ -42,6 +49,10 @@ kube_finder *kube_finder_new(const kube_config *cfg)
         kf->rt = cfg->rt;
         kf->host_root = cs_xstrdup(cfg->host_root ? cfg->host_root : "");
         kf->default_container = cs_xstrdup(cfg->default_container);
+        kf->namespaces = cs_xstrdup(cfg->namespaces && cfg->namespaces[0] ? cfg->namespaces : "*");
+        kf->volume_root = kb_host_path(kf->host_root, cfg->volume_root && cfg->volume_root[0]
+                                                              ? cfg->volume_root
+                                                              : "/var/lib/kubelet/pods");
         pthread_mutex_init(&kf->lock, NULL);
         return kf;
 }
@@ -65,6 +76,8 @@ void kube_finder_free(kube_finder *kf)
         pthread_mutex_destroy(&kf->lock);
         free(kf->host_root);
         free(kf->default_container);
+        free(kf->namespaces);
+        free(kf->volume_root);
         free(kf);
 }
 
@@ -172,6 +185,7 @@ static int relist_locked(kube_finder *kf, rt_container **ret_list, size_t *ret_n
         kf->entries = next;
         kf->n = m;
         kf->generation++;
+        kf->relisted_ms = cs_now_monotonic_ms();
         if (ret_list) {
                 *ret_list = list;
                 *ret_n = n;
@@ -289,6 +303,12 @@ int kube_find(kube_finder *kf, const kube_ref *in, bool want_state, kube_pod *re
                 kube_pods_free(cands, n);
                 if (attempt == 0) {
                         int r = 0;
+                        int64_t wait;
+                        pthread_mutex_lock(&kf->lock);
+                        wait = kf->relisted_ms + KUBE_RELIST_MIN_MS - cs_now_monotonic_ms();
+                        pthread_mutex_unlock(&kf->lock);
+                        if (wait > 0)
+                                usleep((useconds_t)wait * 1000);
                         pthread_mutex_lock(&kf->lock);
                         /* Someone relisted since we looked: their list is as fresh. */
                         if (kf->generation == gen)
@@ -336,7 +356,8 @@ int kube_list(kube_finder *kf, const char *container_name, kube_pod **ret, size_
         for (size_t i = 0; i < kf->n; i++) {
                 const kube_entry *e = &kf->entries[i];
                 if (!e->parsed || strcmp(e->c.type, KB_TYPE_CONTAINER) != 0 ||
-                    !e->c.pod_namespace[0] || strcmp(e->c.container_name, name) != 0)
+                    !e->c.pod_namespace[0] || strcmp(e->c.container_name, name) != 0 ||
+                    !kube_namespace_served(kf, e->c.pod_namespace))
                         continue;
                 pod_from_entry(e, &out[n]);
                 for (size_t j = 0; j < n_list; j++) {
@@ -358,4 +379,50 @@ char *kube_workspace_dir(kube_finder *kf, const kube_pod *p, const char *mount_p
         const char *src = kb_mount_source(&p->c, mount_path);
 
         return src ? kb_host_path(kf->host_root, src) : NULL;
+}
+
+bool kube_namespace_served(kube_finder *kf, const char *ns)
+{
+        size_t n = strlen(ns);
+
+        if (strcmp(kf->namespaces, "*") == 0)
+                return true;
+        for (const char *p = kf->namespaces; *p;) {
+                size_t len = strcspn(p, ",");
+                if (len == n && strncmp(p, ns, n) == 0)
+                        return true;
+                p += len;
+                if (*p == ',')
+                        p++;
+        }
+        return false;
+}
+
+int kube_open_workspace(kube_finder *kf, const char *workspace_dir, cs_error **err)
+{
+        struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+                                .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+        size_t n = strlen(kf->volume_root);
+        _cleanup_close_ int root = -1;
+        const char *rel;
+        int fd;
+
+        if (strncmp(workspace_dir, kf->volume_root, n) != 0 || workspace_dir[n] != '/')
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "the mount's host directory %s is not a pod volume (not "
+                                    "beneath %s)",
+                                    workspace_dir, kf->volume_root);
+        for (rel = workspace_dir + n; *rel == '/'; rel++)
+                ;
+        root = open(kf->volume_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "the volume root %s is not reachable: %s", kf->volume_root,
+                                    strerror(errno));
+        fd = (int)syscall(SYS_openat2, root, rel[0] ? rel : ".", &how, sizeof(how));
+        if (fd < 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "the workspace's host directory %s is not reachable: %s",
+                                    workspace_dir, strerror(errno));
+        return fd;
 }

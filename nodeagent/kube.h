@@ -23,6 +23,8 @@ typedef struct kube_config {
         runtime *rt;                   /* the runsc runtime on the kubelet's runsc root */
         const char *host_root;         /* prefix of host paths (bundles, mount sources); "" */
         const char *default_container; /* container name when a reference gives none */
+        const char *namespaces;        /* the pod namespaces served, comma-separated; "*": any */
+        const char *volume_root;       /* workspaces must lie beneath this host directory */
 } kube_config;
 
 typedef struct kube_finder kube_finder;
@@ -64,3 +66,12 @@ int kube_list(kube_finder *kf, const char *container_name, kube_pod **ret, size_
 /* The host path of p's workspace mounted at mount_path (host_root applied), NULL if p has no
  * bind mount there. */
 char *kube_workspace_dir(kube_finder *kf, const kube_pod *p, const char *mount_path);
+
+/* Opens a workspace directory kube_workspace_dir gave: only beneath the volume root (the
+ * kubelet's pod volumes), resolved with openat2(RESOLVE_BENEATH) from it, so neither a
+ * mount of the pod's that is not a volume (a hostPath, /etc/hosts) nor a symlink on the way
+ * can lead elsewhere on the host. An O_DIRECTORY fd, or -1 with FAILED_PRECONDITION. */
+int kube_open_workspace(kube_finder *kf, const char *workspace_dir, cs_error **err);
+
+/* Whether this agent serves pods of namespace ns (--pod-namespaces). */
+bool kube_namespace_served(kube_finder *kf, const char *ns);

@@ -31,6 +31,7 @@
 static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
+static char *pod_namespaces, *volume_root;
 static int64_t grace_s, sample_ms, max_sandboxes;
 
 #define KUBE_RUNSC_ROOT "/run/containerd/runsc/k8s.io"
@@ -62,6 +63,14 @@ static const cs_option options[] = {
           "Kube mode: the sandbox container's name in a pod, when a pod reference gives none; "
           "ListSandboxes lists the containers of this name.",
           &container_name, 0, 0 },
+        { "pod-namespaces", "COMPUTE_POD_NAMESPACES", CS_OPT_STRING, "compute-sandboxes",
+          "Kube mode: the namespaces whose pods this agent serves, comma-separated (\"*\": "
+          "any); a reference to a pod of another namespace is NOT_FOUND.",
+          &pod_namespaces, 0, 0 },
+        { "volume-root", "COMPUTE_VOLUME_ROOT", CS_OPT_STRING, "/var/lib/kubelet/pods",
+          "Kube mode: the host directory the kubelet mounts pod volumes under; a workspace "
+          "whose host directory is not beneath it (a hostPath, /etc/hosts) is never opened.",
+          &volume_root, 0, 0 },
         { "host-root", "COMPUTE_HOST_ROOT", CS_OPT_STRING, "",
           "Kube mode: where the host's / is mounted in the agent's view (e.g. /host); host "
           "paths read from the runtime and the bundles (bundle directories, volume sources) "
@@ -209,10 +218,13 @@ static int agent_open(agent *a, cs_error **err)
         if (kube) {
                 kube_config kc = { .rt = a->rt,
                                    .host_root = host_root,
-                                   .default_container = container_name };
+                                   .default_container = container_name,
+                                   .namespaces = pod_namespaces,
+                                   .volume_root = volume_root };
                 a->kube = kube_finder_new(&kc);
-                log_info("kube mode: pods under the runsc root %s, container '%s', host root '%s'",
-                         rc.root, container_name, host_root);
+                log_info("kube mode: pods of namespaces %s under the runsc root %s, container "
+                         "'%s', volumes under %s, host root '%s'",
+                         pod_namespaces, rc.root, container_name, volume_root, host_root);
         }
         return sb_registry_open(&sc, a->rt, &a->cg, registry_log, &a->reg, err);
 }

@@ -320,8 +320,12 @@ static void usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
         ret->memory_avg_bytes = sb->mem_n ? sb->mem_sum / sb->mem_n : s.memory_bytes;
         ret->disk_read_bytes = s.io_read_bytes + sb->file_read;
         ret->disk_write_bytes = s.io_write_bytes + sb->file_written;
-        ret->network_ingress_bytes = rx;
-        ret->network_egress_bytes = tx;
+        /* Cumulative: a counter that cannot be read any more (the sandbox process is gone)
+         * keeps its last value rather than going back to 0. */
+        ret->network_ingress_bytes =
+                rx > sb->frozen.network_ingress_bytes ? rx : sb->frozen.network_ingress_bytes;
+        ret->network_egress_bytes =
+                tx > sb->frozen.network_egress_bytes ? tx : sb->frozen.network_egress_bytes;
         sb->frozen = *ret; /* the last reading, kept in the record */
         pthread_mutex_unlock(&reg->lock);
 }
@@ -1072,6 +1076,8 @@ static void housekeep_attached(sb_registry *reg, sandbox *sb, bool check_state)
         } else if (status_of(st) != sb->status) {
                 sb->status = status_of(st);
                 set_message(sb, st == RT_STOPPED ? "the container has exited" : "");
+                if (st == RT_STOPPED)
+                        sb->host_pid = 0; /* its pid may be anyone's by now */
                 pthread_cond_broadcast(&reg->cond);
         }
         pthread_mutex_unlock(&reg->lock);
@@ -1467,6 +1473,8 @@ int sb_attach(sb_registry *reg, const sb_attach_spec *spec, sandbox **ret, cs_er
         }
         if (spec->host_pid > 0)
                 sb->host_pid = spec->host_pid;
+        if (spec->status == SB_FAILED)
+                sb->host_pid = 0; /* exited: its pid may be anyone's by now */
         sb->gone = false;
         ref_locked(sb);
         pthread_mutex_unlock(&reg->lock);

@@ -26,6 +26,7 @@
 /* How long Exec waits for a STARTING sandbox when the request does not say. */
 #define SVC_DEFAULT_WAIT_READY_MS (60 * 1000)
 #define SVC_LIST_PAGE_MAX         1000
+#define SVC_LIST_PAGE_DEFAULT     500
 
 static agent_service svc;
 
@@ -118,6 +119,11 @@ static int kube_ref_check(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, 
                                             "sandbox_id is not a valid UUID");
                 rpc_call_set_sandbox_id(call, ref->sandbox_id);
         }
+        if (!kube_namespace_served(svc.kube, pod->pod_namespace))
+                return cs_error_set(err, GRPC_STATUS_NOT_FOUND,
+                                    "pods of namespace %s are not served by this agent "
+                                    "(--pod-namespaces)",
+                                    pod->pod_namespace);
         *ret_mount_path = pod->mount_path[0] ? pod->mount_path : SB_DEFAULT_MOUNT_PATH;
         if (cs_mount_path_check(*ret_mount_path, err) < 0)
                 return -1;
@@ -147,7 +153,16 @@ static int kube_attach(const kube_pod *pod, const char *mount_path, const char *
                        sandbox **ret, cs_error **err)
 {
         _cleanup_free_ char *ws = kube_workspace_dir(svc.kube, pod, mount_path);
-        sb_attach_spec spec = {
+        sb_attach_spec spec;
+
+        /* One registry entry per container and mount: a mount path the container does not
+         * have (but the default one, which ListSandboxes uses) makes none. */
+        if (!ws && strcmp(mount_path, SB_DEFAULT_MOUNT_PATH) != 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "the container has no volume mounted at %s: no workspace "
+                                    "to reach",
+                                    mount_path);
+        spec = (sb_attach_spec){
                 .container_id = pod->container_id,
                 .mount_path = mount_path,
                 .workspace_dir = ws ? ws : "",
@@ -161,7 +176,6 @@ static int kube_attach(const kube_pod *pod, const char *mount_path, const char *
                 .status = kube_status(pod->state),
                 .status_message = pod->state == RT_STOPPED ? "the container has exited" : "",
         };
-
         return sb_attach(svc.reg, &spec, ret, err);
 }
 
@@ -422,11 +436,18 @@ static int h_get(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessa
 
 /* Kube mode: every pod's sandbox container on this node, ordered by (namespace, name,
  * container id); the page token is the last of those returned, "namespace/name/id". */
+/* ListSandboxes' page_size: 0 is the default, anything above the cap is the cap. */
+static size_t list_page_size(uint32_t asked)
+{
+        if (!asked)
+                return SVC_LIST_PAGE_DEFAULT;
+        return asked < SVC_LIST_PAGE_MAX ? asked : SVC_LIST_PAGE_MAX;
+}
+
 static int kube_list_sandboxes(rpc_call *call, const Nodeagent__V1__ListSandboxesRequest *req,
                                Nodeagent__V1__ListSandboxesResponse *resp, cs_error **err)
 {
-        size_t page = req->page_size && req->page_size < SVC_LIST_PAGE_MAX ? req->page_size
-                                                                           : SVC_LIST_PAGE_MAX;
+        size_t page = list_page_size(req->page_size);
         _cleanup_free_ char *token = NULL;
         char *after[3] = { NULL, NULL, NULL };
         kube_pod *pods = NULL;
@@ -494,8 +515,7 @@ static int h_list(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMess
 {
         const Nodeagent__V1__ListSandboxesRequest *req = (const void *)req_msg;
         Nodeagent__V1__ListSandboxesResponse *resp = (void *)resp_msg;
-        size_t page = req->page_size && req->page_size < SVC_LIST_PAGE_MAX ? req->page_size
-                                                                           : SVC_LIST_PAGE_MAX;
+        size_t page = list_page_size(req->page_size);
         size_t offset = 0, n = 0;
         sb_info *infos = NULL;
         char *end = NULL;
@@ -677,14 +697,11 @@ static int open_workspace(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, 
                 sb_release(svc.reg, *ret_sb);
                 return -1;
         }
-        fd = open(sb_workspace_dir(*ret_sb), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (svc.kube)
+                fd = kube_open_workspace(svc.kube, sb_workspace_dir(*ret_sb), err);
+        else if ((fd = open(sb_workspace_dir(*ret_sb), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+                cs_error_errno(err, errno, "cannot open the workspace");
         if (fd < 0) {
-                if (svc.kube)
-                        cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
-                                     "the workspace's host directory %s is not reachable: %s",
-                                     sb_workspace_dir(*ret_sb), strerror(errno));
-                else
-                        cs_error_errno(err, errno, "cannot open the workspace");
                 sb_release(svc.reg, *ret_sb);
                 return -1;
         }

@@ -64,6 +64,8 @@ class Node:
         tls = stack.tls_dir
         self.agent = AgentProcess(stack.build_dir, "--mode", "kube", "--runsc-root",
                                   self.runsc_root, "--node-name", name,
+                                  # the simulated kubelet's volumes (kubelet_sim.volume_dir)
+                                  "--volume-root", os.path.join(self.dir, "k", "volumes"),
                                   "--tls-ca", f"{tls}/ca.crt", "--tls-cert", f"{tls}/agent.crt",
                                   "--tls-key", f"{tls}/agent.key")
         self.register_agent_pod()

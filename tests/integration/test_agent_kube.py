@@ -34,7 +34,9 @@ class KubeAgentTest(unittest.TestCase):
                              f"/compute-test-h4-{os.getpid()}/kubepods")
         cls.pods = {}  # name -> (uid, pause id, app id, workspace dir)
         cls.run_pod("pod-a", cpu_millis=500, memory_bytes=256 * MIB)
+        # Workspaces are directories under tmp/volumes (the kubelet's pods directory here).
         cls.agent = AgentProcess(BUILD_DIR, "--mode", "kube", "--runsc-root", cls.cri.root,
+                                 "--volume-root", os.path.join(cls.tmp, "volumes"),
                                  "--node-name", "node-h4")
         cls.c = cls.agent.client
         cls.pb = cls.c.pb
@@ -50,11 +52,11 @@ class KubeAgentTest(unittest.TestCase):
             raise AssertionError(f"agent exited {rc}:\n{tail}")
 
     @classmethod
-    def run_pod(cls, name, **kw):
+    def run_pod(cls, name, namespace=NS, volumes="volumes", **kw):
         uid = str(uuid.uuid4())
-        ws = os.path.join(cls.tmp, f"ws-{name}-{uid[:8]}")
+        ws = os.path.join(cls.tmp, volumes, f"ws-{name}-{uid[:8]}")
         os.makedirs(ws)
-        pause, app = cls.cri.run_pod(NS, name, uid, mounts={"/workspace": ws}, **kw)
+        pause, app = cls.cri.run_pod(namespace, name, uid, mounts={"/workspace": ws}, **kw)
         cls.pods[name] = (uid, pause, app, ws)
         return uid, pause, app, ws
 
@@ -204,6 +206,30 @@ class KubeAgentTest(unittest.TestCase):
         self.assertEqual(code_of(self.get, self.ref("../pod-a")), inv)
         self.assertEqual(code_of(self.c.GetUsage, pb.GetUsageRequest(), timeout=10), inv)
         self.assertEqual(code_of(self.exec, "true", ref=pb.SandboxRef()), inv)
+
+    def test_only_served_namespaces_and_pod_volumes(self):
+        # A pod of a namespace the agent does not serve is not there for it, and is not
+        # listed; a "workspace" that is not a pod volume (here: outside the volume root,
+        # as a hostPath would be) is never opened, though exec works.
+        self.run_pod("pod-other-ns", namespace="monitoring")
+        self.run_pod("pod-hostpath", volumes="host")
+        nf, fp = grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION
+        try:
+            ref = self.pb.SandboxRef(pod=self.pb.PodRef(
+                pod_namespace="monitoring", pod_name="pod-other-ns",
+                pod_uid=self.pods["pod-other-ns"][0]))
+            self.assertEqual(code_of(self.get, ref), nf)
+            self.assertEqual(code_of(self.exec, "true", ref=ref), nf)
+            listed = self.c.ListSandboxes(self.pb.ListSandboxesRequest(), timeout=30).sandboxes
+            self.assertNotIn("monitoring", [s.pod.pod_namespace for s in listed])
+            hp = self.ref("pod-hostpath")
+            open(os.path.join(self.pods["pod-hostpath"][3], "f"), "w").write("host\n")
+            self.assertEqual(code_of(self.read, "f", ref=hp), fp)
+            self.assertEqual(code_of(self.write, "g", b"x", ref=hp), fp)
+            self.assertEqual(self.exec("cat", "/workspace/f", ref=hp)[0], b"host\n")
+        finally:
+            for name in ("pod-other-ns", "pod-hostpath"):
+                self.cri.stop_pod(self.pods.pop(name)[1])
 
     def test_create_and_destroy_unimplemented(self):
         pb = self.pb

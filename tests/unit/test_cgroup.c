@@ -438,6 +438,14 @@ static void test_read_v1_blkio_fallback(void **state)
         put(f->dir, "blkio/compute/abc/blkio.throttle.io_service_bytes", v1_throttle_bytes);
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.io_read_bytes, 4096 + 4890624);
+
+        /* The _recursive file (descendants too: a kube pod's processes live in a child
+         * cgroup) wins over the cgroup's own counts. */
+        put(f->dir, "blkio/compute/abc/blkio.throttle.io_service_bytes_recursive",
+            "8:0 Read 7000\n8:0 Write 9000\nTotal 16000\n");
+        read_ok(&fs, "/compute/abc", &s);
+        assert_int_equal(s.io_read_bytes, 7000);
+        assert_int_equal(s.io_write_bytes, 9000);
         cgroup_fs_free(&fs);
 }
 
@@ -482,10 +490,12 @@ static void test_read_bad_path(void **state)
         put(f->dir, "cpuacct/.../cpuacct.usage", "5\n");
         read_ok(&fs, "/...", &s);
         assert_int_equal(s.cpu_ns, 5);
-        /* The root cgroup. */
+        /* The root cgroup is nobody's sandbox: reading it would report the whole node. */
         put(f->dir, "cpuacct/cpuacct.usage", "6\n");
-        read_ok(&fs, "/", &s);
-        assert_int_equal(s.cpu_ns, 6);
+        assert_int_equal(cgroup_read(&fs, "/", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, "no cgroup of its own");
+        assert_int_equal(cgroup_read(&fs, "", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, "no cgroup of its own");
         cgroup_fs_free(&fs);
 }
 
