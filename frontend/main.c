@@ -168,6 +168,8 @@ int main(int argc, char **argv)
                 r = cs_daemon_setup_logging(&cfg, &err);
         if (r == 0)
                 r = check_choices(&err);
+        if (r == 0 && strcmp(mode, "gc") != 0)
+                r = cs_daemon_setup_agent_tls(&agent_tls, &err); /* bad files: exit 2 too */
         if (r != 0) {
                 if (err)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);
@@ -184,8 +186,7 @@ int main(int argc, char **argv)
         }
 
         rpc_global_init();
-        if (cs_daemon_setup_agent_tls(&agent_tls, &err) == 0)
-                sched = scheduler_new(&err);
+        sched = scheduler_new(&err);
         if (sched)
                 srv = cs_daemon_server_new(&cfg, services, &err);
         if (srv) {
