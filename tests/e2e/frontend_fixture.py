@@ -41,6 +41,9 @@ class FrontendProcess:
             # Serving once a validation error comes back (nothing needs an agent for it).
             while code_of(client.describe, "x") != grpc.StatusCode.INVALID_ARGUMENT:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    if self.proc.poll() is None:
+                        self.proc.kill()
+                        self.proc.wait()
                     raise RuntimeError("frontend did not start:\n" + self.log())
                 time.sleep(0.05)
         finally:

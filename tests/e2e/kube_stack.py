@@ -61,14 +61,20 @@ class Node:
                                   state_dir=os.path.join(self.dir, "k"),
                                   runsc_root=self.runsc_root, cgroup_prefix=self.cgroup_prefix)
         self.kubelet.start()
+        self.agent = None
         tls = stack.tls_dir
-        self.agent = AgentProcess(stack.build_dir, "--mode", "kube", "--runsc-root",
-                                  self.runsc_root, "--node-name", name,
-                                  # the simulated kubelet's volumes (kubelet_sim.volume_dir)
-                                  "--volume-root", os.path.join(self.dir, "k", "volumes"),
-                                  "--tls-ca", f"{tls}/ca.crt", "--tls-cert", f"{tls}/agent.crt",
-                                  "--tls-key", f"{tls}/agent.key")
-        self.register_agent_pod()
+        try:
+            self.agent = AgentProcess(
+                stack.build_dir, "--mode", "kube", "--runsc-root", self.runsc_root,
+                "--node-name", name,
+                # the simulated kubelet's volumes (kubelet_sim.volume_dir)
+                "--volume-root", os.path.join(self.dir, "k", "volumes"),
+                "--tls-ca", f"{tls}/ca.crt", "--tls-cert", f"{tls}/agent.crt",
+                "--tls-key", f"{tls}/agent.key")
+            self.register_agent_pod()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def agent_pod(self):
@@ -89,7 +95,7 @@ class Node:
             "conditions": [{"type": "Ready", "status": "True"}]})
 
     def close(self):
-        rc, tail = self.agent.cleanup()
+        rc, tail = self.agent.cleanup() if self.agent else (None, "")
         self.kubelet.stop(cleanup=True)
         # runsc leaves the pod cgroups' parents behind in every hierarchy.
         for ctrl in os.listdir("/sys/fs/cgroup"):
@@ -111,10 +117,10 @@ class Node:
 class KubeFrontend(FrontendProcess):
     """compute-frontend --scheduler kube against the stack's API server."""
 
-    def __init__(self, stack, *extra):
+    def __init__(self, stack, *extra, start=True):
         self.stack = stack
         self.extra = list(extra)
-        super().__init__(stack.build_dir, stack.dir)
+        super().__init__(stack.build_dir, stack.dir, start=start)
 
     def argv_tail(self):
         tls = self.stack.tls_dir
@@ -130,13 +136,19 @@ class KubeStack:
         self.build_dir = build_dir
         self.dir = tempfile.mkdtemp(prefix="csk-stack-", dir="/tmp")
         self.api = ApiServer(os.path.join(self.dir, "api")).start()
-        self.tls_dir = make_certificates(os.path.join(self.dir, "tls"))
-        self.nodes = [Node(self, n) for n in nodes]
-        self.frontends = []
+        self.nodes, self.frontends = [], []
+        try:
+            self.tls_dir = make_certificates(os.path.join(self.dir, "tls"))
+            for n in nodes:
+                self.nodes.append(Node(self, n))
+        except BaseException:
+            self.close()  # nothing half-started stays behind
+            raise
 
     def frontend(self, *extra):
-        fe = KubeFrontend(self, *extra)
-        self.frontends.append(fe)
+        fe = KubeFrontend(self, *extra, start=False)
+        self.frontends.append(fe)  # stopped by close() even if it does not start
+        fe.start()
         return fe
 
     def node_of(self, sandbox_id):
@@ -153,6 +165,8 @@ class KubeStack:
         did not exit cleanly (a sanitizer report makes a non-zero exit)."""
         report = []
         for fe in self.frontends:
+            if fe.proc is None:
+                continue
             rc = fe.stop()
             if rc != 0:
                 report.append(f"frontend exited {rc}:\n{fe.log()[-3000:]}")

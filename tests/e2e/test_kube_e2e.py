@@ -38,6 +38,17 @@ def new_session():
     return "tenant-" + uuid.uuid4().hex[:8], "session-" + uuid.uuid4().hex[:8]
 
 
+def stack_for(cls, setup, **kw):
+    """Builds cls.stack and runs setup(cls); a failure closes the stack (tearDownClass does
+    not run after a failed setUpClass)."""
+    cls.stack = KubeStack(BUILD_DIR, **kw)
+    try:
+        setup(cls)
+    except BaseException:
+        cls.stack.close()
+        raise
+
+
 class KubeFrontendTest(tf.FrontendTest):
     """The local mode's e2e tests, unchanged, in kube mode."""
     IMAGES_CHECKED = False
@@ -47,10 +58,11 @@ class KubeFrontendTest(tf.FrontendTest):
 
     @classmethod
     def setUpClass(cls):
-        cls.stack = KubeStack(BUILD_DIR)
-        cls.fe = cls.stack.frontend()
-        cls.c = Compute(BUILD_DIR, cls.fe.address)
-        cls.sid = cls.c.create("tenant-" + uuid.uuid4().hex[:8], "shared").sandbox_id
+        def setup(cls):
+            cls.fe = cls.stack.frontend()
+            cls.c = Compute(BUILD_DIR, cls.fe.address)
+            cls.sid = cls.c.create("tenant-" + uuid.uuid4().hex[:8], "shared").sandbox_id
+        stack_for(cls, setup)
 
     @classmethod
     def tearDownClass(cls):
@@ -79,9 +91,11 @@ class KubeObjectsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.stack = KubeStack(BUILD_DIR)
-        cls.fe = cls.stack.frontend("--delete-grace-s", "2", "--sandbox-image", "registry.example/img:1")
-        cls.c = Compute(BUILD_DIR, cls.fe.address)
+        def setup(cls):
+            cls.fe = cls.stack.frontend("--delete-grace-s", "2", "--sandbox-image",
+                                        "registry.example/img:1")
+            cls.c = Compute(BUILD_DIR, cls.fe.address)
+        stack_for(cls, setup)
 
     @classmethod
     def tearDownClass(cls):
@@ -159,11 +173,12 @@ class KubeFaultTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.stack = KubeStack(BUILD_DIR, nodes=("node-a", "node-b"))
-        cls.fe = cls.stack.frontend()
-        cls.fe2 = cls.stack.frontend()
-        cls.c = Compute(BUILD_DIR, cls.fe.address)
-        cls.c2 = Compute(BUILD_DIR, cls.fe2.address)
+        def setup(cls):
+            cls.fe = cls.stack.frontend()
+            cls.fe2 = cls.stack.frontend()
+            cls.c = Compute(BUILD_DIR, cls.fe.address)
+            cls.c2 = Compute(BUILD_DIR, cls.fe2.address)
+        stack_for(cls, setup, nodes=("node-a", "node-b"))
 
     @classmethod
     def tearDownClass(cls):

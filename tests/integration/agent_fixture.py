@@ -55,6 +55,9 @@ class AgentProcess:
                     return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    if self.proc.poll() is None:
+                        self.proc.kill()
+                        self.proc.wait()
                     raise RuntimeError("agent did not start:\n" + self.log())
                 time.sleep(0.05)
 
