@@ -132,7 +132,7 @@ def run_gc(api, *extra):
 class KubeSchedulerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="cs-h2-kube-")
+        cls.tmp = tempfile.mkdtemp(prefix="cs-kube-sched-")
         cls.api = ApiServer(os.path.join(cls.tmp, "api"), namespace=AGENT_NS,
                             bookmark_interval=1.0).start()
         cls.agent = FakeAgent()

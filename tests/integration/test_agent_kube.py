@@ -29,15 +29,15 @@ class KubeAgentTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         # Short: runsc keeps sockets under its root.
-        cls.tmp = tempfile.mkdtemp(prefix="h4k-", dir="/tmp")
+        cls.tmp = tempfile.mkdtemp(prefix="csa-", dir="/tmp")
         cls.cri = CriRuntime(os.path.join(cls.tmp, "r"), os.path.join(cls.tmp, "s"),
-                             f"/compute-test-h4-{os.getpid()}/kubepods")
+                             f"/compute-test-kube-agent-{os.getpid()}/kubepods")
         cls.pods = {}  # name -> (uid, pause id, app id, workspace dir)
         cls.run_pod("pod-a", cpu_millis=500, memory_bytes=256 * MIB)
         # Workspaces are directories under tmp/volumes (the kubelet's pods directory here).
         cls.agent = AgentProcess(BUILD_DIR, "--mode", "kube", "--runsc-root", cls.cri.root,
                                  "--volume-root", os.path.join(cls.tmp, "volumes"),
-                                 "--node-name", "node-h4")
+                                 "--node-name", "node-k1")
         cls.c = cls.agent.client
         cls.pb = cls.c.pb
 
@@ -93,7 +93,7 @@ class KubeAgentTest(unittest.TestCase):
     def test_agent_info(self):
         info = self.c.GetAgentInfo(self.pb.GetAgentInfoRequest(), timeout=30)
         self.assertEqual(info.mode, self.pb.AGENT_MODE_KUBE)
-        self.assertEqual(info.node_name, "node-h4")
+        self.assertEqual(info.node_name, "node-k1")
         self.assertEqual(info.runtime, "runsc")
         self.assertIn(info.cgroup_version, ("v1", "v2"))
         self.assertGreaterEqual(info.sandboxes_live, 1)

@@ -160,7 +160,7 @@ def assert_status(tc, obj, code, reason):
 class ApiServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="compute-test-h3-api-")
+        cls.tmp = tempfile.mkdtemp(prefix="compute-test-apiserver-")
         cls.srv = apiserver.ApiServer(cls.tmp, token="secret-token", namespace="compute-sandboxes")
         cls.srv.start()
 
@@ -746,16 +746,16 @@ def _kubelet_skip_reason():
 class KubeletSimTest(unittest.TestCase):
     def setUp(self):
         import kubelet_sim
-        self.tmp = tempfile.mkdtemp(prefix="compute-test-h3-kubelet-")
+        self.tmp = tempfile.mkdtemp(prefix="compute-test-kubelet-")
         self.srv = apiserver.ApiServer(os.path.join(self.tmp, "api"), token="tok",
                                        bookmark_interval=1.0)
         self.srv.start()
         self.runsc_root = os.path.join(self.tmp, "runsc-root")
         os.makedirs(self.runsc_root)
         self.sim = kubelet_sim.KubeletSim(
-            kubeconfig=self.srv.kubeconfig_path, node_name="node-h3",
+            kubeconfig=self.srv.kubeconfig_path, node_name="node-1",
             state_dir=os.path.join(self.tmp, "node"), runsc_root=self.runsc_root,
-            cgroup_prefix="compute-test-h3-%s" % uuid.uuid4().hex[:8])
+            cgroup_prefix="compute-test-kubelet-%s" % uuid.uuid4().hex[:8])
         self.sim.start()
         self.c = Client(self.srv)
         self.ns = "compute-sandboxes"
@@ -798,7 +798,7 @@ class KubeletSimTest(unittest.TestCase):
             conds = {c["type"]: c["status"] for c in p["status"].get("conditions") or []}
             return p if p["status"].get("phase") == "Running" and conds.get("Ready") == "True" else None
         p = self.wait(ready, what="pod Running and Ready")
-        self.assertEqual(p["spec"]["nodeName"], "node-h3")
+        self.assertEqual(p["spec"]["nodeName"], "node-1")
         pvc = self.srv.get("persistentvolumeclaims", self.ns, "ws-1")
         self.assertEqual(pvc["status"]["phase"], "Bound")
         self.assertTrue(pvc["spec"]["volumeName"])
@@ -861,7 +861,7 @@ class KubeletSimTest(unittest.TestCase):
             self.srv.get("pods", self.ns, "adopt")), what="Running")
         self.sim.stop(cleanup=False)  # a kubelet restart: the containers stay
         self.sim = kubelet_sim.KubeletSim(
-            kubeconfig=self.srv.kubeconfig_path, node_name="node-h3",
+            kubeconfig=self.srv.kubeconfig_path, node_name="node-1",
             state_dir=self.sim.state_dir, runsc_root=self.runsc_root,
             cgroup_prefix=self.sim.cri.prefix.strip("/"))
         self.sim.start()

@@ -49,7 +49,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 static int setup_tmp(void **state)
 {
         (void)state;
-        snprintf(tmpdir, sizeof(tmpdir), "/tmp/compute-test-h1-kube-XXXXXX");
+        snprintf(tmpdir, sizeof(tmpdir), "/tmp/compute-test-kubeconfig-XXXXXX");
         assert_non_null(mkdtemp(tmpdir));
         return 0;
 }
@@ -1330,7 +1330,7 @@ static int api_group_setup(void **state)
         (void)state;
         if (access(APISERVER, R_OK) != 0)
                 return 0; /* the tests below skip */
-        snprintf(api.dir, sizeof(api.dir), "/tmp/compute-test-h1-apiserver-XXXXXX");
+        snprintf(api.dir, sizeof(api.dir), "/tmp/compute-test-apiserver-XXXXXX");
         assert_non_null(mkdtemp(api.dir));
         log = api_file("server.log");
         kcfg = api_file("kubeconfig");
@@ -1446,38 +1446,38 @@ static void test_api_get_post(void **state)
 
         (void)state;
         assert_string_equal(kube_client_server(kc), api.url);
-        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/h1-a/pods/nope", NULL, reason,
+        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/test-a/pods/nope", NULL, reason,
                                     sizeof(reason)),
                          404);
         assert_string_equal(reason, "NotFound");
-        assert_int_equal(
-                api_status(kc, "POST", "/api/v1/namespaces/h1-a/pods", pod, reason, sizeof(reason)),
-                201);
-        assert_int_equal(
-                api_status(kc, "POST", "/api/v1/namespaces/h1-a/pods", pod, reason, sizeof(reason)),
-                409);
+        assert_int_equal(api_status(kc, "POST", "/api/v1/namespaces/test-a/pods", pod, reason,
+                                    sizeof(reason)),
+                         201);
+        assert_int_equal(api_status(kc, "POST", "/api/v1/namespaces/test-a/pods", pod, reason,
+                                    sizeof(reason)),
+                         409);
         assert_string_equal(reason, "AlreadyExists");
         json_decref(pod);
 
-        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/h1-a/pods/p1", NULL, &r, &err),
-                         0);
+        assert_int_equal(
+                kube_request(kc, "GET", "/api/v1/namespaces/test-a/pods/p1", NULL, &r, &err), 0);
         assert_int_equal(r.status, 200);
         assert_string_equal(kube_get_str(r.body, "metadata.name"), "p1");
-        assert_string_equal(kube_get_str(r.body, "metadata.namespace"), "h1-a");
+        assert_string_equal(kube_get_str(r.body, "metadata.namespace"), "test-a");
         kube_response_clear(&r);
 
         pod = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", "compute.paper-board.io/x",
                         "1");
         assert_int_equal(
-                kube_request(kc, "PATCH", "/api/v1/namespaces/h1-a/pods/p1", pod, &r, &err), 0);
+                kube_request(kc, "PATCH", "/api/v1/namespaces/test-a/pods/p1", pod, &r, &err), 0);
         assert_int_equal(r.status, 200);
         assert_string_equal(json_string_value(kube_get_key(r.body, "metadata", "annotations",
                                                            "compute.paper-board.io/x", NULL)),
                             "1");
         kube_response_clear(&r);
         json_decref(pod);
-        assert_int_equal(api_status(kc, "DELETE", "/api/v1/namespaces/h1-a/pods/p1", NULL, NULL, 0),
-                         200);
+        assert_int_equal(
+                api_status(kc, "DELETE", "/api/v1/namespaces/test-a/pods/p1", NULL, NULL, 0), 200);
         kube_client_free(kc);
 }
 
@@ -1497,7 +1497,8 @@ static void *create_pods(void *arg)
 
                 snprintf(name, sizeof(name), "w%d", i + 1);
                 pod = pod_json(name);
-                if (api_status(c->kc, "POST", "/api/v1/namespaces/h1-w/pods", pod, NULL, 0) != 201)
+                if (api_status(c->kc, "POST", "/api/v1/namespaces/test-w/pods", pod, NULL, 0) !=
+                    201)
                         fail_msg("POST %s failed", name);
                 c->created_ms[i] = cs_now_monotonic_ms();
                 json_decref(pod);
@@ -1536,10 +1537,10 @@ static void test_api_watch(void **state)
         bool cancelled;
 
         (void)state;
-        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/h1-w/pods", NULL, &r, &err),
+        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/test-w/pods", NULL, &r, &err),
                          0);
         assert_int_equal(r.status, 200);
-        path = cs_xasprintf("/api/v1/namespaces/h1-w/pods?watch=1&allowWatchBookmarks=true&"
+        path = cs_xasprintf("/api/v1/namespaces/test-w/pods?watch=1&allowWatchBookmarks=true&"
                             "timeoutSeconds=30&resourceVersion=%s",
                             kube_get_str(r.body, "metadata.resourceVersion"));
         kube_response_clear(&r);
@@ -1575,7 +1576,7 @@ static void test_api_watch_cancel(void **state)
         assert_int_equal(pipe2(p, O_CLOEXEC), 0);
         c = (canceller){ .fd = p[1], .delay_ms = 500 };
         assert_int_equal(pthread_create(&t, NULL, cancel_later, &c), 0);
-        assert_int_equal(kube_watch(kc, "/api/v1/namespaces/h1-c/pods?watch=1&timeoutSeconds=60",
+        assert_int_equal(kube_watch(kc, "/api/v1/namespaces/test-c/pods?watch=1&timeoutSeconds=60",
                                     on_added, &a, p[0], 30000, &status, NULL, &cancelled, &err),
                          0);
         end = cs_now_monotonic_ms();
@@ -1596,18 +1597,19 @@ static void expect_tls_failure(kube_client *kc)
         long status;
         bool cancelled;
 
-        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/h1-t/pods/x", NULL, &r, &err),
-                         -1);
+        assert_int_equal(
+                kube_request(kc, "GET", "/api/v1/namespaces/test-t/pods/x", NULL, &r, &err), -1);
         assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
-        assert_non_null(strstr(err->msg, "kube GET /api/v1/namespaces/h1-t/pods/x: TLS: "));
+        assert_non_null(strstr(err->msg, "kube GET /api/v1/namespaces/test-t/pods/x: TLS: "));
         if (!strstr(err->msg, "certificate"))
                 fail_msg("no 'certificate' in: %s", err->msg);
         cs_error_freep(&err);
-        assert_int_equal(kube_watch(kc, "/api/v1/namespaces/h1-t/pods?watch=1", on_added, NULL, -1,
-                                    5000, &status, NULL, &cancelled, &err),
+        assert_int_equal(kube_watch(kc, "/api/v1/namespaces/test-t/pods?watch=1", on_added, NULL,
+                                    -1, 5000, &status, NULL, &cancelled, &err),
                          -1);
         assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
-        assert_non_null(strstr(err->msg, "kube watch /api/v1/namespaces/h1-t/pods?watch=1: TLS: "));
+        assert_non_null(
+                strstr(err->msg, "kube watch /api/v1/namespaces/test-t/pods?watch=1: TLS: "));
         if (!strstr(err->msg, "certificate"))
                 fail_msg("no 'certificate' in: %s", err->msg);
         cs_error_freep(&err);
@@ -1636,7 +1638,7 @@ static void test_api_tls(void **state)
         /* insecure-skip-tls-verify: no verification at all */
         kc = api_client_with("    insecure-skip-tls-verify: true\n", "{token: x}", &err);
         assert_non_null(kc);
-        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/h1-t/pods/x", NULL, NULL, 0),
+        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/test-t/pods/x", NULL, NULL, 0),
                          401);
         kube_client_free(kc);
 
@@ -1651,7 +1653,7 @@ static void test_api_tls(void **state)
                 kc = api_client_with(lines, user, &err);
                 assert_non_null(kc);
                 assert_int_equal(
-                        api_status(kc, "GET", "/api/v1/namespaces/h1-t/pods/x", NULL, NULL, 0),
+                        api_status(kc, "GET", "/api/v1/namespaces/test-t/pods/x", NULL, NULL, 0),
                         404);
                 kube_client_free(kc);
                 free(user);
@@ -1662,7 +1664,7 @@ static void test_api_tls(void **state)
                 {
                         kube_response r;
 
-                        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/h1-t/pods/x",
+                        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/test-t/pods/x",
                                                       NULL, &r, &err),
                                          -1);
                         assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
@@ -1693,14 +1695,14 @@ static void test_api_auth(void **state)
         (void)state;
         kc = api_client_with(lines, "{token: wrong}", &err);
         assert_non_null(kc);
-        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/h1-t/pods/x", NULL, reason,
+        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/test-t/pods/x", NULL, reason,
                                     sizeof(reason)),
                          401);
         assert_string_equal(reason, "Unauthorized");
         kube_client_free(kc);
         kc = api_client_with(lines, user, &err);
         assert_non_null(kc);
-        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/h1-t/pods/x", NULL, NULL, 0),
+        assert_int_equal(api_status(kc, "GET", "/api/v1/namespaces/test-t/pods/x", NULL, NULL, 0),
                          404);
         kube_client_free(kc);
 

@@ -231,7 +231,7 @@ static grpc_status_code call(rpc_server *srv)
 static int group_setup(void **state)
 {
         (void)state;
-        snprintf(dir, sizeof(dir), "/tmp/compute-test-h6-tls-XXXXXX");
+        snprintf(dir, sizeof(dir), "/tmp/compute-test-tls-XXXXXX");
         if (!mkdtemp(dir))
                 return -1;
         if (run_script(cert_script, dir) < 0)
