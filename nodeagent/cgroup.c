@@ -467,12 +467,11 @@ static int read_v1_blkio(int dirfd, const char *dir, cgroup_sample *s, cs_error 
          * plain blkio.io_service_bytes). The _recursive variants count the descendants too
          * (a kube pod's cgroup has none of the processes itself: its sandbox runs in the
          * pause container's child cgroup). The first that names a device wins. */
-        static const char *const names[] = { "blkio.throttle.io_service_bytes_recursive",
-                                             "blkio.throttle.io_service_bytes",
-                                             "blkio.io_service_bytes_recursive",
-                                             "blkio.io_service_bytes",
-                                             "blkio.bfq.io_service_bytes_recursive",
-                                             "blkio.bfq.io_service_bytes" };
+        static const char *const names[] = {
+                "blkio.throttle.io_service_bytes_recursive", "blkio.throttle.io_service_bytes",
+                "blkio.io_service_bytes_recursive",          "blkio.io_service_bytes",
+                "blkio.bfq.io_service_bytes_recursive",      "blkio.bfq.io_service_bytes"
+        };
 
         for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
                 _cleanup_free_ char *buf = NULL;
