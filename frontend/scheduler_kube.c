@@ -34,6 +34,7 @@
 #include "path.h"
 #include "pbconv.h"
 #include "scheduler.h"
+#include "usage_json.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -437,43 +438,12 @@ static bool pvc_destroyed(json_t *pvc)
         return pvc && annotation(pvc, ANN_DELETE_AFTER);
 }
 
-static void usage_to_json(const usage_metrics *u, json_t **ret)
-{
-        *ret = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "cpu_ms", (json_int_t)u->cpu_ms,
-                         "memory_peak_bytes", (json_int_t)u->memory_peak_bytes, "memory_avg_bytes",
-                         (json_int_t)u->memory_avg_bytes, "disk_read_bytes",
-                         (json_int_t)u->disk_read_bytes, "disk_write_bytes",
-                         (json_int_t)u->disk_write_bytes, "network_egress_bytes",
-                         (json_int_t)u->network_egress_bytes, "network_ingress_bytes",
-                         (json_int_t)u->network_ingress_bytes);
-}
-
-static void usage_from_json(const char *text, usage_metrics *ret)
-{
-        _cleanup_json_ json_t *j = text ? json_loads(text, 0, NULL) : NULL;
-        struct {
-                const char *key;
-                uint64_t *dst;
-        } f[] = {
-                { "cpu_ms", &ret->cpu_ms },
-                { "memory_peak_bytes", &ret->memory_peak_bytes },
-                { "memory_avg_bytes", &ret->memory_avg_bytes },
-                { "disk_read_bytes", &ret->disk_read_bytes },
-                { "disk_write_bytes", &ret->disk_write_bytes },
-                { "network_egress_bytes", &ret->network_egress_bytes },
-                { "network_ingress_bytes", &ret->network_ingress_bytes },
-        };
-
-        memset(ret, 0, sizeof(*ret));
-        for (size_t i = 0; i < ARRAY_SIZE(f); i++) {
-                json_int_t v = json_integer_value(json_object_get(j, f[i].key));
-                *f[i].dst = v > 0 ? (uint64_t)v : 0;
-        }
-}
-
 /* The view of a sandbox whose PVC records its destruction. */
 static void view_destroyed(const char *id, json_t *pvc, fe_view *ret)
 {
+        const char *usage = annotation(pvc, ANN_FINAL_USAGE);
+        _cleanup_json_ json_t *j = usage ? json_loads(usage, 0, NULL) : NULL;
+
         memset(ret, 0, sizeof(*ret));
         ret->id = cs_xstrdup(id);
         ret->status = FE_STATUS_DESTROYED;
@@ -481,7 +451,7 @@ static void view_destroyed(const char *id, json_t *pvc, fe_view *ret)
         if (!ret->created_at_ms)
                 ret->created_at_ms = time_of(kube_get_str(pvc, "metadata.creationTimestamp"));
         ret->destroyed_at_ms = time_of(annotation(pvc, ANN_DESTROYED_AT));
-        usage_from_json(annotation(pvc, ANN_FINAL_USAGE), &ret->usage);
+        usage_from_json(j, &ret->usage);
 }
 
 /* --- node agents ----------------------------------------------------------------------- */
@@ -1116,13 +1086,11 @@ static int record_destroy(kube *k, rpc_call *call, const char *id, json_t **pvc,
 static json_t *destroy_annotations(kube *k, json_t *pod, json_t *pvc, const usage_metrics *u,
                                    int64_t now)
 {
-        _cleanup_json_ json_t *usage = NULL;
-        _cleanup_free_ char *usage_text = NULL;
+        _cleanup_json_ json_t *usage = usage_to_json(u);
+        _cleanup_free_ char *usage_text = json_dumps(usage, JSON_COMPACT);
         char destroyed[32], after[32], created[32];
         int64_t created_ms = time_of(kube_get_str(pod ?: pvc, "metadata.creationTimestamp"));
 
-        usage_to_json(u, &usage);
-        usage_text = json_dumps(usage, JSON_COMPACT);
         return json_pack("{s:s, s:s, s:s, s:s}", ANN_DELETE_AFTER,
                          kube_time_format(now + k->delete_grace_s * 1000, after), ANN_DESTROYED_AT,
                          kube_time_format(now, destroyed), ANN_FINAL_USAGE, usage_text ?: "{}",

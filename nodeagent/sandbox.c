@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "path.h"
+#include "usage_json.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -140,28 +141,6 @@ static sandbox *find_locked(sb_registry *reg, const char *id)
 
 /* --- records on disk ------------------------------------------------------------------- */
 
-static json_t *usage_json(const usage_metrics *u)
-{
-        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "cpu_ms", (json_int_t)u->cpu_ms,
-                         "memory_peak_bytes", (json_int_t)u->memory_peak_bytes, "memory_avg_bytes",
-                         (json_int_t)u->memory_avg_bytes, "disk_read_bytes",
-                         (json_int_t)u->disk_read_bytes, "disk_write_bytes",
-                         (json_int_t)u->disk_write_bytes, "network_egress_bytes",
-                         (json_int_t)u->network_egress_bytes, "network_ingress_bytes",
-                         (json_int_t)u->network_ingress_bytes);
-}
-
-static void usage_from_json(json_t *j, usage_metrics *u)
-{
-        json_int_t v[7] = { 0 };
-
-        json_unpack(j, "{s?I, s?I, s?I, s?I, s?I, s?I, s?I}", "cpu_ms", &v[0], "memory_peak_bytes",
-                    &v[1], "memory_avg_bytes", &v[2], "disk_read_bytes", &v[3], "disk_write_bytes",
-                    &v[4], "network_egress_bytes", &v[5], "network_ingress_bytes", &v[6]);
-        *u = (usage_metrics){ (uint64_t)v[0], (uint64_t)v[1], (uint64_t)v[2], (uint64_t)v[3],
-                              (uint64_t)v[4], (uint64_t)v[5], (uint64_t)v[6] };
-}
-
 /* Builds the record under the lock (cheap); written by record_write() outside it. */
 static json_t *record_json_locked(const sandbox *sb)
 {
@@ -175,7 +154,7 @@ static json_t *record_json_locked(const sandbox *sb)
                 "destroyed_at_ms", (json_int_t)sb->destroyed_at_ms, "delete_after_ms",
                 (json_int_t)sb->delete_after_ms, "status", (int)sb->status, "status_message",
                 sb->status_message, "usage_frozen", sb->usage_frozen, "usage",
-                usage_json(&sb->frozen), "mem_sum", (json_int_t)sb->mem_sum, "mem_n",
+                usage_to_json(&sb->frozen), "mem_sum", (json_int_t)sb->mem_sum, "mem_n",
                 (json_int_t)sb->mem_n, "mem_max", (json_int_t)sb->mem_max, "file_read",
                 (json_int_t)sb->file_read, "file_written", (json_int_t)sb->file_written);
 }

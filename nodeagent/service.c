@@ -415,27 +415,34 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
         return 0;
 }
 
+/* The sandbox a ref names, as the agent reports it (kube: found from the runsc root; local:
+ * the record). Allocated in the call. */
+static int describe(rpc_call *call, const Nodeagent__V1__SandboxRef *ref,
+                    Nodeagent__V1__SandboxInfo **ret, cs_error **err)
+{
+        const char *id;
+        sb_info info = { 0 };
+
+        if (svc.kube)
+                return kube_describe(call, ref, ret, err);
+        id = ref_id(call, ref, err);
+        if (!id || sb_describe(svc.reg, id, &info, err) < 0)
+                return -1;
+        *ret = info_to_pb(call, &info);
+        sb_info_clear(&info);
+        return 0;
+}
+
 static int h_get(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
                  void *userdata, cs_error **err)
 {
         const Nodeagent__V1__GetSandboxRequest *req = (const void *)req_msg;
         Nodeagent__V1__GetSandboxResponse *resp = (void *)resp_msg;
-        const char *id;
-        sb_info info = { 0 };
 
         (void)userdata;
-        if (svc.kube)
-                return kube_describe(call, req->ref, &resp->sandbox, err);
-        id = ref_id(call, req->ref, err);
-        if (!id || sb_describe(svc.reg, id, &info, err) < 0)
-                return -1;
-        resp->sandbox = info_to_pb(call, &info);
-        sb_info_clear(&info);
-        return 0;
+        return describe(call, req->ref, &resp->sandbox, err);
 }
 
-/* Kube mode: every pod's sandbox container on this node, ordered by (namespace, name,
- * container id); the page token is the last of those returned, "namespace/name/id". */
 /* ListSandboxes' page_size: 0 is the default, anything above the cap is the cap. */
 static size_t list_page_size(uint32_t asked)
 {
@@ -444,6 +451,8 @@ static size_t list_page_size(uint32_t asked)
         return asked < SVC_LIST_PAGE_MAX ? asked : SVC_LIST_PAGE_MAX;
 }
 
+/* Kube mode: every pod's sandbox container on this node, ordered by (namespace, name,
+ * container id); the page token is the last of those returned, "namespace/name/id". */
 static int kube_list_sandboxes(rpc_call *call, const Nodeagent__V1__ListSandboxesRequest *req,
                                Nodeagent__V1__ListSandboxesResponse *resp, cs_error **err)
 {
@@ -553,28 +562,15 @@ static int h_get_usage(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
 {
         const Nodeagent__V1__GetUsageRequest *req = (const void *)req_msg;
         Nodeagent__V1__GetUsageResponse *resp = (void *)resp_msg;
-        const char *id;
-        sb_info info = { 0 };
+        Nodeagent__V1__SandboxInfo *sb;
 
         (void)userdata;
-        if (svc.kube) {
-                Nodeagent__V1__SandboxInfo *sb;
-                if (kube_describe(call, req->ref, &sb, err) < 0)
-                        return -1;
-                resp->sandbox_id = sb->sandbox_id;
-                resp->status = sb->status;
-                resp->usage = sb->usage;
-                resp->measured_at = pb_timestamp(call, cs_now_realtime_ms());
-                return 0;
-        }
-        id = ref_id(call, req->ref, err);
-        if (!id || sb_describe(svc.reg, id, &info, err) < 0)
+        if (describe(call, req->ref, &sb, err) < 0)
                 return -1;
-        resp->sandbox_id = rpc_call_strdup(call, info.id);
-        resp->status = (Compute__V1__SandboxStatus)info.status;
-        resp->usage = pb_usage(call, &info.usage);
+        resp->sandbox_id = sb->sandbox_id;
+        resp->status = sb->status;
+        resp->usage = sb->usage;
         resp->measured_at = pb_timestamp(call, cs_now_realtime_ms());
-        sb_info_clear(&info);
         return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "log.h"
 #include "path.h"
+#include "usage_json.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -157,6 +158,34 @@ static void test_mount_path(void **state)
         assert_int_equal(cs_mount_path_check(long_path, NULL), 0);
 }
 
+static void test_usage_json(void **state)
+{
+        usage_metrics u = { 1, 2, 3, 4, 5, 6, UINT64_C(1) << 40 }, back;
+        json_t *j = usage_to_json(&u);
+        char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+
+        (void)state;
+        assert_string_equal(text, "{\"cpu_ms\":1,\"disk_read_bytes\":4,\"disk_write_bytes\":5,"
+                                  "\"memory_avg_bytes\":3,\"memory_peak_bytes\":2,"
+                                  "\"network_egress_bytes\":6,"
+                                  "\"network_ingress_bytes\":1099511627776}");
+        usage_from_json(j, &back);
+        assert_memory_equal(&u, &back, sizeof(u));
+        /* Missing, negative or non-integer fields, and no object at all, read as 0. */
+        json_object_set_new(j, "cpu_ms", json_integer(-5));
+        json_object_del(j, "disk_read_bytes");
+        json_object_set_new(j, "disk_write_bytes", json_string("5"));
+        usage_from_json(j, &back);
+        assert_int_equal(back.cpu_ms, 0);
+        assert_int_equal(back.disk_read_bytes, 0);
+        assert_int_equal(back.disk_write_bytes, 0);
+        assert_int_equal(back.memory_peak_bytes, 2);
+        usage_from_json(NULL, &back);
+        assert_int_equal(back.memory_peak_bytes, 0);
+        free(text);
+        json_decref(j);
+}
+
 static void test_log_names(void **state)
 {
         cs_log_level l;
@@ -181,6 +210,7 @@ int main(void)
                 cmocka_unit_test(test_config_precedence), cmocka_unit_test(test_config_bad_input),
                 cmocka_unit_test(test_error_first_wins),  cmocka_unit_test(test_uuid),
                 cmocka_unit_test(test_log_names),         cmocka_unit_test(test_mount_path),
+                cmocka_unit_test(test_usage_json),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
