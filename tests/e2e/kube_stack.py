@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 from agent_fixture import AgentProcess  # noqa: E402
 from apiserver import ApiServer  # noqa: E402
+from cri import remove_cgroup  # noqa: E402
 from frontend_fixture import FrontendProcess  # noqa: E402
 from kubelet_sim import KubeletSim  # noqa: E402
 
@@ -98,18 +99,7 @@ class Node:
         rc, tail = self.agent.cleanup() if self.agent else (None, "")
         self.kubelet.stop(cleanup=True)
         # runsc leaves the pod cgroups' parents behind in every hierarchy.
-        for ctrl in os.listdir("/sys/fs/cgroup"):
-            base = f"/sys/fs/cgroup/{ctrl}{self.cgroup_prefix}"
-            for root, dirs, _ in os.walk(base, topdown=False):
-                for d in dirs:
-                    try:
-                        os.rmdir(os.path.join(root, d))
-                    except OSError:
-                        pass
-            try:
-                os.rmdir(base)
-            except OSError:
-                pass
+        remove_cgroup(self.cgroup_prefix)
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc, tail
 

@@ -4,6 +4,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -11,6 +12,9 @@ import uuid
 import grpc
 
 from agent_client import Agent
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
+from cri import remove_cgroup  # noqa: E402
 
 
 def free_port():
@@ -111,19 +115,7 @@ class AgentProcess:
                                    capture_output=True)
             # Every hierarchy: runsc makes the sandbox's cgroup in all of them (name=systemd
             # too), and the agent's parent directory stays behind.
-            for ctrl in os.listdir("/sys/fs/cgroup"):
-                path = f"/sys/fs/cgroup/{ctrl}{self.cgroup_parent}"
-                if os.path.isdir(path):
-                    for sub in os.listdir(path):
-                        if os.path.isdir(os.path.join(path, sub)):
-                            try:
-                                os.rmdir(os.path.join(path, sub))
-                            except OSError:
-                                pass
-                    try:
-                        os.rmdir(path)
-                    except OSError:
-                        pass
+            remove_cgroup(self.cgroup_parent)
             tail = self.log()[-3000:]
             shutil.rmtree(self.state, ignore_errors=True)
         return rc, tail

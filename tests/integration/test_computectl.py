@@ -19,7 +19,7 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent_fixture import AgentProcess, free_port  # noqa: E402
+from agent_fixture import AgentProcess, free_port, remove_cgroup  # noqa: E402
 
 BUILD_DIR = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build"
 CTL = os.path.join(BUILD_DIR, "bin", "computectl")
@@ -40,22 +40,6 @@ def run_cleanups():
             fn()
         except Exception as e:  # keep cleaning up
             print(f"cleanup: {e!r}", file=sys.stderr)
-
-
-def remove_cgroups(parent):
-    """Removes the cgroup directories left under `parent` in every hierarchy. The fixture's
-    cleanup covers the resource controllers; runsc also makes them in named hierarchies
-    (e.g. /sys/fs/cgroup/systemd), which would otherwise pile up run after run."""
-    root = "/sys/fs/cgroup"
-    for hierarchy in os.listdir(root):
-        top = os.path.join(root, hierarchy) + parent
-        if not os.path.isdir(top):
-            continue
-        for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
-            try:
-                os.rmdir(dirpath)
-            except OSError:
-                pass
 
 
 class FrontendProcess:
@@ -130,7 +114,8 @@ class ComputectlTest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="cs-ctl-", dir="/tmp")
         _cleanups.append(lambda: shutil.rmtree(cls.tmp, ignore_errors=True))
         cls.agent = AgentProcess(BUILD_DIR)
-        _cleanups.append(lambda: remove_cgroups(cls.agent.cgroup_parent))
+        # runsc also makes cgroups in named hierarchies (e.g. /sys/fs/cgroup/systemd).
+        _cleanups.append(lambda: remove_cgroup(cls.agent.cgroup_parent))
         _cleanups.append(cls.agent.cleanup)
         cls.frontend = FrontendProcess(cls.agent.address, cls.tmp)
         _cleanups.append(cls.frontend.stop)

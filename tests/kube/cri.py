@@ -93,6 +93,35 @@ def cgroup_hierarchies():
     return out
 
 
+def _rmdir_tree(path):
+    """Removes a cgroup directory and its children (deepest first); cgroups left busy (a
+    process still in them) stay."""
+    if not os.path.isdir(path):
+        return
+    for dirpath, dirnames, _ in os.walk(path, topdown=False):
+        for d in dirnames:
+            try:
+                os.rmdir(os.path.join(dirpath, d))
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def remove_cgroup(path, wait_s=0.0):
+    """Removes the cgroup `path` ("/a/b") and everything under it in every hierarchy, waiting
+    up to wait_s (per hierarchy) for processes still exiting; busy ones stay."""
+    for h in cgroup_hierarchies():
+        deadline = time.monotonic() + wait_s
+        while True:
+            _rmdir_tree(h + path)
+            if not os.path.isdir(h + path) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+
+
 class CriError(RuntimeError):
     pass
 
@@ -208,30 +237,8 @@ class CriRuntime:
         except OSError:
             pass  # a controller without that file on this kernel
 
-    @staticmethod
-    def _rmdir_tree(path):
-        """Removes a cgroup directory and its children (deepest first); cgroups left busy
-        (a process still in them) stay."""
-        if not os.path.isdir(path):
-            return
-        for dirpath, dirnames, _ in os.walk(path, topdown=False):
-            for d in dirnames:
-                try:
-                    os.rmdir(os.path.join(dirpath, d))
-                except OSError:
-                    pass
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
-
     def _pod_cgroup_remove(self, pod_cgroup):
-        for h in cgroup_hierarchies():
-            for _ in range(50):
-                self._rmdir_tree(h + pod_cgroup)
-                if not os.path.isdir(h + pod_cgroup):
-                    break
-                time.sleep(0.1)  # the sandbox's processes are still exiting
+        remove_cgroup(pod_cgroup, wait_s=5)  # the sandbox's processes may still be exiting
 
     # --- the CRI-like API ---
 
@@ -354,12 +361,7 @@ class CriRuntime:
             self._runsc("delete", "-force", c["id"], check=False)
         for pause_id in list(self.pods):
             self.pods.pop(pause_id)
-        for h in cgroup_hierarchies():
-            for _ in range(50):
-                self._rmdir_tree(h + self.prefix)
-                if not os.path.isdir(h + self.prefix):
-                    break
-                time.sleep(0.1)
+        remove_cgroup(self.prefix, wait_s=5)
         # The prefix's own parents, if this runtime made them and they are empty now.
         parent = os.path.dirname(self.prefix)
         while parent not in ("", "/"):

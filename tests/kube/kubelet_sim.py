@@ -38,7 +38,6 @@ import argparse
 import base64
 import concurrent.futures
 import copy
-import datetime
 import hashlib
 import http.client
 import json
@@ -56,19 +55,10 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from apiserver import now_rfc3339, parse_rfc3339  # noqa: E402 (Kubernetes' time format)
 
 CLAIM_PROTECTION = "kubernetes.io/pvc-protection"
 PROVISIONER = "compute-test.local/hostpath"
-
-
-def now_rfc3339(t=None):
-    t = time.time() if t is None else t
-    return datetime.datetime.fromtimestamp(int(t), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(s):
-    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
 
 
 def parse_cpu_millis(q):
