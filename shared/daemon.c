@@ -2,23 +2,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <string.h>
 
 #include "health.h"
 #include "signals.h"
 #include "util.h"
-
-/* The servers move buffers of up to 16 MiB from many threads: with glibc's defaults they
- * land in per-thread arenas that keep them after free (measured: an idle agent holding
- * ~100 MiB after 1 GiB of file calls). From 1 MiB up, memory comes from mmap and goes back
- * to the system when freed. */
-#define CS_MMAP_THRESHOLD (1024 * 1024)
-
-static void tune_malloc(void)
-{
-        mallopt(M_MMAP_THRESHOLD, CS_MMAP_THRESHOLD);
-}
 
 int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err)
 {
@@ -33,7 +21,6 @@ int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "--log-format: '%s' is not text or json", cfg->log_format);
         cs_log_setup(level, json);
-        tune_malloc();
         return 0;
 }
 

@@ -255,6 +255,7 @@ typedef void (*rpc_relay_fn)(ProtobufCMessage *msg, void *userdata);
 int rpc_stream_relay(rpc_call *in, rpc_stream *out, rpc_relay_fn each, void *userdata,
                      cs_error **err);
 
-/* Process-wide set-up and tear-down of gRPC core: call once in main (and in tests). */
+/* Process-wide set-up and tear-down of gRPC core: call once in main (and in tests). The
+ * set-up also tunes malloc for the messages the project moves (rpc_codec.c). */
 void rpc_global_init(void);
 void rpc_global_shutdown(void);
