@@ -204,11 +204,15 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
 
 /* Sends req to the agent on `route` and answers with the agent's response as it is: the
  * agent's file calls answer with the compute.v1 message this call answers with, so the
- * bytes (up to 16 MiB of file data) pass through undecoded. */
+ * bytes (up to 16 MiB of file data) pass through undecoded. `data`, when given, is sent as
+ * req's "data" field from the slices it arrived in (WriteFile's 16 MiB, never copied). */
 static int relay_unary(rpc_call *call, const fe_route *route, const char *method,
-                       ProtobufCMessage *req, cs_error **err)
+                       ProtobufCMessage *req, const rpc_bytes *data, cs_error **err)
 {
-        rpc_call_options opts = { .timeout_ms = svc.agent_timeout_ms, .parent = call };
+        rpc_call_options opts = { .timeout_ms = svc.agent_timeout_ms,
+                                  .parent = call,
+                                  .bytes_field = data ? "data" : NULL,
+                                  .bytes = data };
         grpc_byte_buffer *got = NULL;
 
         if (rpc_unary_raw(route->channel, method, req, &opts, &got, err) < 0)
@@ -244,7 +248,7 @@ static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
         out.offset = req->offset;
         out.max_bytes = req->max_bytes;
         (void)resp_msg;
-        return relay_unary(call, &route, NA("ReadFile"), &out.base, err);
+        return relay_unary(call, &route, NA("ReadFile"), &out.base, NULL, err);
 }
 
 static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
@@ -252,23 +256,25 @@ static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
 {
         const Compute__V1__WriteFileRequest *req = (const void *)req_msg;
         Nodeagent__V1__WriteFileRequest out = NODEAGENT__V1__WRITE_FILE_REQUEST__INIT;
+        /* The data is not decoded (the method's request_bytes_field): it goes on to the agent
+         * in the slices it arrived in. */
+        const rpc_bytes *data = rpc_call_request_bytes(call);
         fe_route route;
 
         (void)userdata;
-        if (req->data.len > RPC_DATA_MAX_BYTES)
+        if (data->len > RPC_DATA_MAX_BYTES)
                 return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                     "data of %zu bytes is over the %d-byte cap per call; write "
                                     "in chunks with append",
-                                    req->data.len, RPC_DATA_MAX_BYTES);
+                                    data->len, RPC_DATA_MAX_BYTES);
         if (file_route(call, req->sandbox_id, req->path, false, &route, err) < 0)
                 return -1;
         out.ref = route_ref(call, &route);
         out.path = req->path;
-        out.data = req->data;
         out.append = req->append;
         out.mode = req->mode;
         (void)resp_msg;
-        return relay_unary(call, &route, NA("WriteFile"), &out.base, err);
+        return relay_unary(call, &route, NA("WriteFile"), &out.base, data, err);
 }
 
 static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
@@ -287,7 +293,7 @@ static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
         out.recursive = req->recursive;
         out.max_entries = req->max_entries;
         (void)resp_msg;
-        return relay_unary(call, &route, NA("ListFiles"), &out.base, err);
+        return relay_unary(call, &route, NA("ListFiles"), &out.base, NULL, err);
 }
 
 /* --- the method table ------------------------------------------------------------------ */
@@ -296,19 +302,19 @@ static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
 
 static const rpc_method methods[] = {
         { CS("CreateSandbox"), &compute__v1__create_sandbox_request__descriptor,
-          &compute__v1__create_sandbox_response__descriptor, h_create, NULL, NULL },
+          &compute__v1__create_sandbox_response__descriptor, h_create, NULL, NULL, NULL },
         { CS("DestroySandbox"), &compute__v1__destroy_sandbox_request__descriptor,
-          &compute__v1__destroy_sandbox_response__descriptor, h_destroy, NULL, NULL },
+          &compute__v1__destroy_sandbox_response__descriptor, h_destroy, NULL, NULL, NULL },
         { CS("DescribeSandbox"), &compute__v1__describe_sandbox_request__descriptor,
-          &compute__v1__describe_sandbox_response__descriptor, h_describe, NULL, NULL },
+          &compute__v1__describe_sandbox_response__descriptor, h_describe, NULL, NULL, NULL },
         { CS("ExecCommand"), &compute__v1__exec_command_request__descriptor,
-          &compute__v1__exec_event__descriptor, NULL, h_exec, NULL },
+          &compute__v1__exec_event__descriptor, NULL, h_exec, NULL, NULL },
         { CS("ReadFile"), &compute__v1__read_file_request__descriptor,
-          &compute__v1__read_file_response__descriptor, h_read_file, NULL, NULL },
+          &compute__v1__read_file_response__descriptor, h_read_file, NULL, NULL, NULL },
         { CS("WriteFile"), &compute__v1__write_file_request__descriptor,
-          &compute__v1__write_file_response__descriptor, h_write_file, NULL, NULL },
+          &compute__v1__write_file_response__descriptor, h_write_file, NULL, NULL, "data" },
         { CS("ListFiles"), &compute__v1__list_files_request__descriptor,
-          &compute__v1__list_files_response__descriptor, h_list_files, NULL, NULL },
+          &compute__v1__list_files_response__descriptor, h_list_files, NULL, NULL, NULL },
 };
 
 int frontend_service_register(rpc_server *srv, const frontend_service *s, cs_error **err)

@@ -730,10 +730,8 @@ static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
         close_workspace(sb, &root);
         if (r < 0)
                 return -1;
-        /* The response points at the data, freed once it has been sent: no copy. */
-        rpc_call_defer(call, free, rr.data);
-        resp->data.data = rr.data;
-        resp->data.len = rr.len;
+        /* The data is sent from where it was read, and freed once sent: no copy. */
+        rpc_call_respond_bytes(call, "data", rr.data, rr.len, free);
         resp->total_size = rr.total_size;
         resp->eof = rr.eof;
         return 0;
@@ -744,21 +742,23 @@ static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
 {
         const Nodeagent__V1__WriteFileRequest *req = (const void *)req_msg;
         Compute__V1__WriteFileResponse *resp = (void *)resp_msg;
+        /* The data stays in the pieces it arrived in (the method's request_bytes_field). */
+        const rpc_bytes *data = rpc_call_request_bytes(call);
         sandbox *sb;
         ws_root root;
         int r;
 
         (void)userdata;
-        if (req->data.len > WS_DATA_MAX)
+        if (data->len > WS_DATA_MAX)
                 return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                     "data of %zu bytes is over the %u-byte cap per call; "
                                     "write in chunks with append",
-                                    req->data.len, WS_DATA_MAX);
+                                    data->len, WS_DATA_MAX);
         if (open_workspace(call, req->ref, &sb, &root, err) < 0)
                 return -1;
         /* No set-id bits: the agent runs as root and files it creates are root's. */
-        r = ws_write(&root, req->path, req->data.data, req->data.len, req->append,
-                     req->mode & 01777, &resp->bytes_written, err);
+        r = ws_writev(&root, req->path, data->iov, data->n_iov, data->len, req->append,
+                      req->mode & 01777, &resp->bytes_written, err);
         if (r == 0)
                 sb_count_file_io(svc.reg, sb, 0, (uint64_t)resp->bytes_written);
         close_workspace(sb, &root);
@@ -810,25 +810,25 @@ static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
 
 static const rpc_method methods[] = {
         { NA("GetAgentInfo"), &nodeagent__v1__get_agent_info_request__descriptor,
-          &nodeagent__v1__get_agent_info_response__descriptor, h_get_agent_info, NULL, NULL },
+          &nodeagent__v1__get_agent_info_response__descriptor, h_get_agent_info, NULL, NULL, NULL },
         { NA("CreateSandbox"), &nodeagent__v1__create_sandbox_request__descriptor,
-          &nodeagent__v1__create_sandbox_response__descriptor, h_create, NULL, NULL },
+          &nodeagent__v1__create_sandbox_response__descriptor, h_create, NULL, NULL, NULL },
         { NA("DestroySandbox"), &nodeagent__v1__destroy_sandbox_request__descriptor,
-          &nodeagent__v1__destroy_sandbox_response__descriptor, h_destroy, NULL, NULL },
+          &nodeagent__v1__destroy_sandbox_response__descriptor, h_destroy, NULL, NULL, NULL },
         { NA("GetSandbox"), &nodeagent__v1__get_sandbox_request__descriptor,
-          &nodeagent__v1__get_sandbox_response__descriptor, h_get, NULL, NULL },
+          &nodeagent__v1__get_sandbox_response__descriptor, h_get, NULL, NULL, NULL },
         { NA("ListSandboxes"), &nodeagent__v1__list_sandboxes_request__descriptor,
-          &nodeagent__v1__list_sandboxes_response__descriptor, h_list, NULL, NULL },
+          &nodeagent__v1__list_sandboxes_response__descriptor, h_list, NULL, NULL, NULL },
         { NA("Exec"), &nodeagent__v1__exec_request__descriptor,
-          &compute__v1__exec_event__descriptor, NULL, h_exec, NULL },
+          &compute__v1__exec_event__descriptor, NULL, h_exec, NULL, NULL },
         { NA("ReadFile"), &nodeagent__v1__read_file_request__descriptor,
-          &compute__v1__read_file_response__descriptor, h_read_file, NULL, NULL },
+          &compute__v1__read_file_response__descriptor, h_read_file, NULL, NULL, NULL },
         { NA("WriteFile"), &nodeagent__v1__write_file_request__descriptor,
-          &compute__v1__write_file_response__descriptor, h_write_file, NULL, NULL },
+          &compute__v1__write_file_response__descriptor, h_write_file, NULL, NULL, "data" },
         { NA("ListFiles"), &nodeagent__v1__list_files_request__descriptor,
-          &compute__v1__list_files_response__descriptor, h_list_files, NULL, NULL },
+          &compute__v1__list_files_response__descriptor, h_list_files, NULL, NULL, NULL },
         { NA("GetUsage"), &nodeagent__v1__get_usage_request__descriptor,
-          &nodeagent__v1__get_usage_response__descriptor, h_get_usage, NULL, NULL },
+          &nodeagent__v1__get_usage_response__descriptor, h_get_usage, NULL, NULL, NULL },
 };
 
 int agent_service_register(rpc_server *srv, const agent_service *s, cs_error **err)

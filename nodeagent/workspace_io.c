@@ -509,21 +509,16 @@ int ws_read(const ws_root *root, const char *path, int64_t offset, int64_t max_b
 #define WRITE_RETRY 1 /* the tree changed between resolution and creation: resolve again */
 
 /* 0 or a negative errno. */
-static int write_all(int fd, const uint8_t *data, size_t len)
-{
-        while (len > 0) {
-                ssize_t n = write(fd, data, len);
+/* The data of a write: pieces, as they arrived. */
+typedef struct ws_data {
+        const struct iovec *iov;
+        size_t n_iov;
+} ws_data;
 
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        return -EIO;
-                data += n;
-                len -= (size_t)n;
-        }
-        return 0;
+/* Writes all of d: 0, or -errno. */
+static int write_all(int fd, const ws_data *d)
+{
+        return cs_writev_all(fd, d->iov, d->n_iov) < 0 ? -errno : 0;
 }
 
 static uint64_t random_u64(void)
@@ -569,7 +564,7 @@ static mode_t create_mode(uint32_t mode)
 }
 
 /* Data to a temp file, owner and mode set on it, then renamed over the target. */
-static int write_replace(const ws_target *t, const char *display, const uint8_t *data, size_t len,
+static int write_replace(const ws_target *t, const char *display, const ws_data *data,
                          uint32_t mode, cs_error **err)
 {
         char tmp[NAME_MAX + 1];
@@ -580,7 +575,7 @@ static int write_replace(const ws_target *t, const char *display, const uint8_t 
         fd = create_temp(t->dirfd, t->name, tmp, display, err);
         if (fd < 0)
                 return -1;
-        r = write_all(fd, data, len);
+        r = write_all(fd, data);
         if (r < 0) {
                 cs_error_errno(err, -r, "'%s': cannot write", display);
                 goto fail;
@@ -616,8 +611,8 @@ fail:
 
 /* Appends to the existing regular file, or creates it. A failure in the middle of the data can
  * leave part of it appended: appends are not atomic (only replacement is). */
-static int write_append(const ws_target *t, const char *display, const uint8_t *data, size_t len,
-                        uint32_t mode, cs_error **err)
+static int write_append(const ws_target *t, const char *display, const ws_data *data, uint32_t mode,
+                        cs_error **err)
 {
         _cleanup_close_ int fd = -1;
         int r;
@@ -640,7 +635,7 @@ static int write_append(const ws_target *t, const char *display, const uint8_t *
                         return cs_error_errno(err, errno, "'%s': cannot set the file's mode",
                                               display);
         }
-        r = write_all(fd, data, len);
+        r = write_all(fd, data);
         if (r < 0)
                 return cs_error_errno(err, -r, "'%s': cannot write", display);
         if (close(TAKE_FD(fd)) < 0)
@@ -648,8 +643,8 @@ static int write_append(const ws_target *t, const char *display, const uint8_t *
         return 0;
 }
 
-static int write_once(const ws_root *root, const char *path, const char *rel, const uint8_t *data,
-                      size_t len, bool append, uint32_t mode, cs_error **err)
+static int write_once(const ws_root *root, const char *path, const char *rel, const ws_data *data,
+                      bool append, uint32_t mode, cs_error **err)
 {
         _cleanup_(ws_target_done) ws_target t = { .dirfd = -1, .fd = -1 };
 
@@ -658,13 +653,27 @@ static int write_once(const ws_root *root, const char *path, const char *rel, co
         if ((t.fd >= 0 || !t.name) && check_regular(&t, path, err) < 0)
                 return -1;
         if (append)
-                return write_append(&t, path, data, len, mode, err);
-        return write_replace(&t, path, data, len, mode, err);
+                return write_append(&t, path, data, mode, err);
+        return write_replace(&t, path, data, mode, err);
 }
 
 int ws_write(const ws_root *root, const char *path, const uint8_t *data, size_t len, bool append,
              uint32_t mode, int64_t *ret_written, cs_error **err)
 {
+        struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
+
+        if (len > 0 && !data) {
+                if (ret_written)
+                        *ret_written = 0;
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "no data given");
+        }
+        return ws_writev(root, path, &iov, 1, len, append, mode, ret_written, err);
+}
+
+int ws_writev(const ws_root *root, const char *path, const struct iovec *iov, size_t n_iov,
+              size_t len, bool append, uint32_t mode, int64_t *ret_written, cs_error **err)
+{
+        ws_data data = { .iov = iov, .n_iov = n_iov };
         _cleanup_free_ char *rel = NULL;
         int r;
 
@@ -675,12 +684,10 @@ int ws_write(const ws_root *root, const char *path, const uint8_t *data, size_t 
                 return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                     "write of %zu bytes is over the %u bytes allowed per call", len,
                                     WS_DATA_MAX);
-        if (len > 0 && !data)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "no data given");
         if (ws_path_clean(path, root->mount_path, &rel, err) < 0)
                 return -1;
         for (int attempt = 0;; attempt++) {
-                r = write_once(root, path, rel, data, len, append, mode, err);
+                r = write_once(root, path, rel, &data, append, mode, err);
                 if (r != WRITE_RETRY)
                         break;
                 if (attempt + 1 == WS_WRITE_ATTEMPTS)

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "error.h"
 
@@ -74,6 +75,11 @@ int ws_read(const ws_root *root, const char *path, int64_t offset, int64_t max_b
  * when the file is created; an existing file keeps its mode and owner. */
 int ws_write(const ws_root *root, const char *path, const uint8_t *data, size_t len, bool append,
              uint32_t mode, int64_t *ret_written, cs_error **err);
+
+/* ws_write of the bytes in iov[0..n_iov), len in all (bytes received in pieces, written
+ * without gathering them first). */
+int ws_writev(const ws_root *root, const char *path, const struct iovec *iov, size_t n_iov,
+              size_t len, bool append, uint32_t mode, int64_t *ret_written, cs_error **err);
 
 /* Lists a directory (recursively if asked, depth-first, entries of each directory sorted by
  * name, symlinks listed but not followed). max_entries 0: WS_LIST_DEFAULT; above WS_LIST_MAX:

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
@@ -71,7 +72,21 @@ typedef struct rpc_method {
         rpc_unary_fn unary; /* exactly one of unary and stream is set */
         rpc_stream_fn stream;
         void *userdata;
+        /* NULL, or the name of a top-level bytes field of the request that is left where it
+         * arrived instead of being decoded into one contiguous copy: the handler reads it
+         * with rpc_call_request_bytes(), and the decoded request has it empty. For bulk
+         * data (WriteFile's 16 MiB), which is then written out or relayed without a copy. */
+        const char *request_bytes_field;
 } rpc_method;
+
+/* Bytes of a message kept in the slices they arrived in (reference counted, never copied):
+ * `iov` views them for writev(2), `slices` hands them on (rpc_call_options.bytes). */
+typedef struct rpc_bytes {
+        size_t len; /* total */
+        struct iovec *iov;
+        size_t n_iov;
+        grpc_slice_buffer slices;
+} rpc_bytes;
 
 typedef struct rpc_server_options {
         const char *listen; /* "host:port"; port 0 picks a free one (see rpc_server_port) */
@@ -164,6 +179,18 @@ char *rpc_call_strdup(rpc_call *call, const char *s);
  * read with rpc_unary_raw), instead of encoding `resp`. The call takes bb. */
 void rpc_call_respond_raw(rpc_call *call, grpc_byte_buffer *bb);
 
+/* For methods with a request_bytes_field: that field's bytes, as they arrived (len 0 when
+ * the request had none). Valid until the call ends. NULL for other methods. */
+const rpc_bytes *rpc_call_request_bytes(rpc_call *call);
+
+/* For bulk responses: the unary response is sent as `resp` plus its bytes field `field`
+ * holding data[0..len), which is not copied into the encoding but sent from where it is,
+ * then freed with free_fn (NULL: not freed) once gRPC is done with it, whatever happens to
+ * the call. resp's own `field` must be left empty. Over the message cap, the call fails with
+ * RESOURCE_EXHAUSTED. From the handler's thread. */
+void rpc_call_respond_bytes(rpc_call *call, const char *field, void *data, size_t len,
+                            void (*free_fn)(void *));
+
 /* Runs fn(arg) when the call ends (after the response is sent), e.g. to free a message the
  * response points into. From the handler's thread only. */
 void rpc_call_defer(rpc_call *call, void (*fn)(void *), void *arg);
@@ -181,6 +208,11 @@ typedef struct rpc_call_options {
         int64_t timeout_ms;     /* <= 0: none (or the parent's deadline) */
         rpc_call *parent;       /* cancel with, and inherit the deadline of, this server call */
         const char *request_id; /* sent as x-request-id; NULL: the parent's, if any */
+        /* Set both to send `bytes` as the request's bytes field named bytes_field (left
+         * empty in the request itself) straight from its slices, without a copy: a relay
+         * passing on what rpc_call_request_bytes() returned. */
+        const char *bytes_field;
+        const rpc_bytes *bytes;
 } rpc_call_options;
 
 /* Process-wide client TLS, used by every rpc_channel_new() after it (channels made before
@@ -230,6 +262,19 @@ int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
  * that pass a response on as it is. */
 int rpc_unary_raw(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                   const rpc_call_options *opts, grpc_byte_buffer **ret, cs_error **err);
+
+/* rpc_unary, except for the response's bytes field named bytes_field: it is not decoded
+ * (the message has it empty) but left in *ret_bytes, in the slices it arrived in, for the
+ * caller to write out or compare without a copy. *ret_bytes must have been set up with
+ * rpc_bytes_init(); the caller releases it with rpc_bytes_clear(). */
+int rpc_unary_bytes(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, const char *bytes_field,
+                    const rpc_call_options *opts, ProtobufCMessage **ret_resp, rpc_bytes *ret_bytes,
+                    cs_error **err);
+
+/* An empty rpc_bytes, and releasing one (it is empty again afterwards). */
+void rpc_bytes_init(rpc_bytes *b);
+void rpc_bytes_clear(rpc_bytes *b);
 
 /* Starts a server-streaming call. The caller owns *ret and frees it with rpc_stream_free(). */
 int rpc_stream_open(rpc_channel *ch, const char *method, const ProtobufCMessage *req,

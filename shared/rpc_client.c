@@ -169,8 +169,20 @@ static int client_call_init(client_call *cc, rpc_channel *ch, const char *method
         grpc_metadata_array_init(&cc->initial_md);
         grpc_metadata_array_init(&cc->trailing_md);
         cc->details = grpc_empty_slice();
-        if (rpc_message_pack(req, RPC_MAX_MESSAGE_BYTES, &cc->request, err) < 0)
+        if (opts && opts->bytes) {
+                const ProtobufCFieldDescriptor *f =
+                        rpc_bytes_field(req->descriptor, opts->bytes_field);
+                if (!f)
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s has no bytes field %s",
+                                            req->descriptor->name,
+                                            opts->bytes_field ? opts->bytes_field : "(none)");
+                if (rpc_message_pack_bytes(req, RPC_MAX_MESSAGE_BYTES, f,
+                                           opts->bytes->slices.slices, opts->bytes->slices.count,
+                                           opts->bytes->len, &cc->request, err) < 0)
+                        return -1;
+        } else if (rpc_message_pack(req, RPC_MAX_MESSAGE_BYTES, &cc->request, err) < 0) {
                 return -1;
+        }
 
         if (!rid && parent)
                 rid = rpc_call_request_id(parent);
@@ -290,6 +302,26 @@ int rpc_unary(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
         if (rpc_unary_raw(ch, method, req, opts, &resp, err) < 0)
                 return -1;
         r = rpc_message_unpack(resp_desc, resp, "response", GRPC_STATUS_INTERNAL, ret_resp, err);
+        grpc_byte_buffer_destroy(resp);
+        return r;
+}
+
+int rpc_unary_bytes(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, const char *bytes_field,
+                    const rpc_call_options *opts, ProtobufCMessage **ret_resp, rpc_bytes *ret_bytes,
+                    cs_error **err)
+{
+        const ProtobufCFieldDescriptor *f = rpc_bytes_field(resp_desc, bytes_field);
+        grpc_byte_buffer *resp = NULL;
+        int r;
+
+        if (!f)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s has no bytes field %s",
+                                    resp_desc->name, bytes_field ? bytes_field : "(none)");
+        if (rpc_unary_raw(ch, method, req, opts, &resp, err) < 0)
+                return -1;
+        r = rpc_message_unpack_bytes(resp_desc, resp, f, "response", GRPC_STATUS_INTERNAL, ret_resp,
+                                     ret_bytes, err);
         grpc_byte_buffer_destroy(resp);
         return r;
 }

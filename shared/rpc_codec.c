@@ -1,6 +1,7 @@
 /* Message encoding shared by the server and client halves of the RPC layer. */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
+#include <grpc/slice_buffer.h>
 #include <grpc/support/time.h>
 #include <malloc.h>
 #include <openssl/bio.h>
@@ -100,38 +101,286 @@ static const char *wire_nul_string(const ProtobufCMessageDescriptor *desc, const
         return NULL;
 }
 
+/* Decodes len bytes at data into a message of type desc, refusing strings with a NUL. */
+static int decode(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                  const char *what, grpc_status_code bad_code, ProtobufCMessage **ret,
+                  cs_error **err)
+{
+        ProtobufCMessage *msg = protobuf_c_message_unpack(desc, NULL, len, data);
+        const char *field;
+
+        if (!msg)
+                return cs_error_set(err, bad_code, "malformed %s: not a valid %s", what,
+                                    desc->name);
+        field = wire_nul_string(desc, data, len, 0);
+        if (field) {
+                protobuf_c_message_free_unpacked(msg, NULL);
+                return cs_error_set(err, bad_code, "%s: field %s contains a NUL byte", what, field);
+        }
+        *ret = msg;
+        return 0;
+}
+
 int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
                        const char *what, grpc_status_code bad_code, ProtobufCMessage **ret,
                        cs_error **err)
 {
         grpc_byte_buffer_reader reader;
         grpc_slice slice;
-        ProtobufCMessage *msg;
+        int r;
 
         if (!grpc_byte_buffer_reader_init(&reader, bb))
                 return cs_error_set(err, bad_code, "%s: cannot read the %s bytes", desc->name,
                                     what);
         slice = grpc_byte_buffer_reader_readall(&reader);
         grpc_byte_buffer_reader_destroy(&reader);
-        msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(slice),
-                                        GRPC_SLICE_START_PTR(slice));
-        if (!msg) {
-                grpc_slice_unref(slice);
-                return cs_error_set(err, bad_code, "malformed %s: not a valid %s", what,
-                                    desc->name);
+        r = decode(desc, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), what, bad_code, ret,
+                   err);
+        grpc_slice_unref(slice);
+        return r;
+}
+
+/* --- messages with a bytes field left where it is -------------------------------------- */
+
+const ProtobufCFieldDescriptor *rpc_bytes_field(const ProtobufCMessageDescriptor *desc,
+                                                const char *name)
+{
+        const ProtobufCFieldDescriptor *f =
+                name ? protobuf_c_message_descriptor_get_field_by_name(desc, name) : NULL;
+
+        if (!f || f->type != PROTOBUF_C_TYPE_BYTES || f->label == PROTOBUF_C_LABEL_REPEATED)
+                return NULL;
+        return f;
+}
+
+void rpc_bytes_init(rpc_bytes *b)
+{
+        *b = (rpc_bytes){ 0 };
+        grpc_slice_buffer_init(&b->slices);
+}
+
+void rpc_bytes_clear(rpc_bytes *b)
+{
+        grpc_slice_buffer_destroy(&b->slices);
+        free(b->iov);
+        rpc_bytes_init(b);
+}
+
+/* Encodes a varint into buf (room for 10 bytes); returns its length. */
+static size_t put_varint(uint8_t *buf, uint64_t v)
+{
+        size_t n = 0;
+
+        while (v >= 0x80) {
+                buf[n++] = (uint8_t)(v | 0x80);
+                v >>= 7;
         }
-        {
-                const char *field = wire_nul_string(desc, GRPC_SLICE_START_PTR(slice),
-                                                    GRPC_SLICE_LENGTH(slice), 0);
-                grpc_slice_unref(slice);
-                if (field) {
-                        protobuf_c_message_free_unpacked(msg, NULL);
-                        return cs_error_set(err, bad_code, "%s: field %s contains a NUL byte", what,
-                                            field);
+        buf[n++] = (uint8_t)v;
+        return n;
+}
+
+int rpc_message_pack_bytes(const ProtobufCMessage *msg, size_t max,
+                           const ProtobufCFieldDescriptor *field, const grpc_slice *slices,
+                           size_t n, size_t len, grpc_byte_buffer **ret, cs_error **err)
+{
+        size_t size = protobuf_c_message_get_packed_size(msg);
+        uint8_t head[20];
+        size_t hlen = put_varint(head, ((uint64_t)field->id << 3) | 2);
+        grpc_slice *all;
+
+        hlen += put_varint(head + hlen, len);
+        if (len > max || size + hlen > max - len)
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "%s message of %zu bytes is over the %zu-byte cap",
+                                    msg->descriptor->name, size + hlen + len, max);
+        /* The other fields, then the field's key and length, then the bytes where they are:
+         * fields may come in any order. */
+        all = cs_xcalloc(n + 1, sizeof(*all));
+        all[0] = grpc_slice_malloc(size + hlen);
+        protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(all[0]));
+        memcpy(GRPC_SLICE_START_PTR(all[0]) + size, head, hlen);
+        memcpy(all + 1, slices, n * sizeof(*slices));
+        *ret = grpc_raw_byte_buffer_create(all, n + 1); /* takes its own references */
+        grpc_slice_unref(all[0]);
+        free(all);
+        return 0;
+}
+
+/* A read position in a slice buffer. */
+typedef struct wire_cursor {
+        const grpc_slice_buffer *sb;
+        size_t slice, off; /* in sb->slices[slice] */
+        size_t pos;        /* from the start */
+} wire_cursor;
+
+static bool cur_byte(wire_cursor *c, uint8_t *ret)
+{
+        while (c->slice < c->sb->count && c->off == GRPC_SLICE_LENGTH(c->sb->slices[c->slice])) {
+                c->slice++;
+                c->off = 0;
+        }
+        if (c->slice == c->sb->count)
+                return false;
+        *ret = GRPC_SLICE_START_PTR(c->sb->slices[c->slice])[c->off++];
+        c->pos++;
+        return true;
+}
+
+static bool cur_varint(wire_cursor *c, uint64_t *ret)
+{
+        uint64_t v = 0;
+        uint8_t b;
+
+        for (int i = 0; i < 10; i++) {
+                if (!cur_byte(c, &b))
+                        return false;
+                v |= (uint64_t)(b & 0x7f) << (7 * i);
+                if (!(b & 0x80)) {
+                        *ret = v;
+                        return true;
                 }
         }
-        *ret = msg;
-        return 0;
+        return false;
+}
+
+/* Moves n bytes on, copying them to *copy (and advancing it) and/or adding references to
+ * them to refs when given. False when fewer than n bytes are left. */
+static bool cur_take(wire_cursor *c, uint64_t n, uint8_t **copy, grpc_slice_buffer *refs)
+{
+        while (n > 0) {
+                const grpc_slice *s;
+                size_t k;
+
+                if (c->slice == c->sb->count)
+                        return false;
+                s = &c->sb->slices[c->slice];
+                if (c->off == GRPC_SLICE_LENGTH(*s)) {
+                        c->slice++;
+                        c->off = 0;
+                        continue;
+                }
+                k = GRPC_SLICE_LENGTH(*s) - c->off;
+                if (k > n)
+                        k = (size_t)n;
+                if (copy) {
+                        memcpy(*copy, GRPC_SLICE_START_PTR(*s) + c->off, k);
+                        *copy += k;
+                }
+                if (refs)
+                        grpc_slice_buffer_add(refs, grpc_slice_sub(*s, c->off, c->off + k));
+                c->off += k;
+                c->pos += k;
+                n -= k;
+        }
+        return true;
+}
+
+/* Walks the top-level fields of the message in sb. Every field but `bulk` is counted in
+ * *rest_len and, when rest is given, copied there (advancing it); of the occurrences of
+ * `bulk`, the one numbered `keep` (from 0) has its length put in *keep_len and references
+ * to its contents added to refs. Returns the number of occurrences of `bulk`, or -1 if sb
+ * does not hold a well-formed message. */
+static long wire_split(const grpc_slice_buffer *sb, uint32_t bulk, long keep, uint8_t **rest,
+                       size_t *rest_len, grpc_slice_buffer *refs, size_t *keep_len)
+{
+        wire_cursor c = { .sb = sb };
+        long seen = 0;
+
+        for (;;) {
+                wire_cursor start = c;
+                uint64_t key, n = 0;
+                uint8_t b;
+
+                if (!cur_byte(&c, &b))
+                        return seen; /* the end, between two fields */
+                c = start;
+                if (!cur_varint(&c, &key) || (key >> 3) == 0)
+                        return -1;
+                switch (key & 7) {
+                case 0: /* varint */
+                        if (!cur_varint(&c, &n))
+                                return -1;
+                        n = 0;
+                        break;
+                case 1: /* 64-bit */
+                        n = 8;
+                        break;
+                case 5: /* 32-bit */
+                        n = 4;
+                        break;
+                case 2: /* length-delimited */
+                        if (!cur_varint(&c, &n))
+                                return -1;
+                        break;
+                default: /* groups: not in proto3 */
+                        return -1;
+                }
+                if ((key >> 3) == bulk && (key & 7) == 2) {
+                        bool kept = seen++ == keep;
+                        if (kept)
+                                *keep_len = (size_t)n;
+                        if (!cur_take(&c, n, NULL, kept ? refs : NULL))
+                                return -1;
+                        continue;
+                }
+                if (!cur_take(&c, n, NULL, NULL))
+                        return -1;
+                *rest_len += c.pos - start.pos;
+                if (rest)
+                        cur_take(&start, c.pos - start.pos, rest, NULL);
+        }
+}
+
+int rpc_message_unpack_bytes(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
+                             const ProtobufCFieldDescriptor *field, const char *what,
+                             grpc_status_code bad_code, ProtobufCMessage **ret,
+                             rpc_bytes *ret_bytes, cs_error **err)
+{
+        grpc_byte_buffer_reader reader;
+        grpc_slice_buffer sb;
+        grpc_slice s;
+        _cleanup_free_ uint8_t *rest = NULL;
+        uint8_t *p;
+        size_t rest_len = 0, bulk_len = 0;
+        long n;
+        int r = -1;
+
+        rpc_bytes_clear(ret_bytes);
+        if (!grpc_byte_buffer_reader_init(&reader, bb))
+                return cs_error_set(err, bad_code, "%s: cannot read the %s bytes", desc->name,
+                                    what);
+        /* The message as it arrived (decompressed if it was compressed): references only. */
+        grpc_slice_buffer_init(&sb);
+        while (grpc_byte_buffer_reader_next(&reader, &s))
+                grpc_slice_buffer_add(&sb, s);
+        grpc_byte_buffer_reader_destroy(&reader);
+
+        /* Twice: the first walk checks the framing and sizes the rest of the message; the
+         * second copies it and takes the last occurrence of the field, as decoding would. */
+        n = wire_split(&sb, field->id, -1, NULL, &rest_len, NULL, &bulk_len);
+        if (n < 0) {
+                cs_error_set(err, bad_code, "malformed %s: not a valid %s", what, desc->name);
+                goto out;
+        }
+        p = rest = cs_xmalloc(rest_len ? rest_len : 1);
+        rest_len = 0;
+        wire_split(&sb, field->id, n - 1, &p, &rest_len, &ret_bytes->slices, &bulk_len);
+        if (decode(desc, rest, rest_len, what, bad_code, ret, err) < 0)
+                goto out;
+        ret_bytes->len = n > 0 ? bulk_len : 0;
+        ret_bytes->n_iov = ret_bytes->slices.count;
+        ret_bytes->iov = cs_xcalloc(ret_bytes->n_iov + 1, sizeof(*ret_bytes->iov));
+        for (size_t i = 0; i < ret_bytes->n_iov; i++)
+                ret_bytes->iov[i] = (struct iovec){
+                        .iov_base = GRPC_SLICE_START_PTR(ret_bytes->slices.slices[i]),
+                        .iov_len = GRPC_SLICE_LENGTH(ret_bytes->slices.slices[i]),
+                };
+        r = 0;
+out:
+        if (r < 0)
+                rpc_bytes_clear(ret_bytes);
+        grpc_slice_buffer_destroy(&sb);
+        return r;
 }
 
 void rpc_size_args(grpc_arg args[RPC_N_SIZE_ARGS], int max_message)

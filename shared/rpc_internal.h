@@ -24,6 +24,25 @@ int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer 
                        const char *what, grpc_status_code bad_code, ProtobufCMessage **ret,
                        cs_error **err);
 
+/* The field of desc named `name` when it is a singular bytes field, else NULL. */
+const ProtobufCFieldDescriptor *rpc_bytes_field(const ProtobufCMessageDescriptor *desc,
+                                                const char *name);
+
+/* rpc_message_pack, plus the bytes field `field` (empty in msg) holding the n slices, len
+ * bytes in all: the byte buffer takes references to them, no copy. */
+int rpc_message_pack_bytes(const ProtobufCMessage *msg, size_t max,
+                           const ProtobufCFieldDescriptor *field, const grpc_slice *slices,
+                           size_t n, size_t len, grpc_byte_buffer **ret, cs_error **err);
+
+/* rpc_message_unpack, except for the bytes field `field`: it is not decoded (the message has
+ * it empty) and its contents go to *ret_bytes as references to bb's slices. A field that
+ * occurs twice keeps its last occurrence, as protobuf decoding does. On failure *ret_bytes
+ * is left empty. */
+int rpc_message_unpack_bytes(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
+                             const ProtobufCFieldDescriptor *field, const char *what,
+                             grpc_status_code bad_code, ProtobufCMessage **ret,
+                             rpc_bytes *ret_bytes, cs_error **err);
+
 /* Channel/server arguments shared by both sides: message size caps and HTTP/2 sizing. */
 #define RPC_N_SIZE_ARGS 6
 void rpc_size_args(grpc_arg args[RPC_N_SIZE_ARGS], int max_message);

@@ -103,6 +103,9 @@ struct rpc_call {
         bool send_ok;
         grpc_byte_buffer *in_flight; /* the message whose send has not completed yet */
         grpc_byte_buffer *raw_resp;  /* rpc_call_respond_raw: the unary response as is */
+        rpc_bytes req_bytes;         /* the method's request_bytes_field, as it arrived */
+        const char *resp_field;      /* rpc_call_respond_bytes: the field, and its bytes */
+        grpc_slice resp_bytes;
         bool initial_md_sent;
         grpc_metadata initial_md[1];
         grpc_slice status_details;
@@ -195,6 +198,26 @@ void rpc_call_respond_raw(rpc_call *c, grpc_byte_buffer *bb)
         c->raw_resp = bb;
 }
 
+const rpc_bytes *rpc_call_request_bytes(rpc_call *c)
+{
+        return c->method->request_bytes_field ? &c->req_bytes : NULL;
+}
+
+/* For slices whose data the caller keeps alive. */
+static void no_free(void *p)
+{
+        (void)p;
+}
+
+void rpc_call_respond_bytes(rpc_call *c, const char *field, void *data, size_t len,
+                            void (*free_fn)(void *))
+{
+        if (c->resp_field)
+                grpc_slice_unref(c->resp_bytes);
+        c->resp_field = field;
+        c->resp_bytes = grpc_slice_new_with_user_data(data, len, free_fn ? free_fn : no_free, data);
+}
+
 void rpc_call_defer(rpc_call *c, void (*fn)(void *), void *arg)
 {
         arena_block *b = cs_xcalloc(1, sizeof(*b));
@@ -240,6 +263,9 @@ static void call_free(rpc_call *c)
                 grpc_byte_buffer_destroy(c->in_flight);
         if (c->raw_resp)
                 grpc_byte_buffer_destroy(c->raw_resp);
+        if (c->resp_field)
+                grpc_slice_unref(c->resp_bytes);
+        rpc_bytes_clear(&c->req_bytes);
         grpc_call_unref(c->call);
         grpc_metadata_array_destroy(&c->md);
         if (c->payload)
@@ -434,6 +460,19 @@ static bool status_is_server_fault(grpc_status_code code)
                code == GRPC_STATUS_DATA_LOSS;
 }
 
+/* Encodes a unary response with the bytes given to rpc_call_respond_bytes(). */
+static int pack_with_bytes(rpc_call *c, const ProtobufCMessage *resp, grpc_byte_buffer **ret,
+                           cs_error **err)
+{
+        const ProtobufCFieldDescriptor *f = rpc_bytes_field(resp->descriptor, c->resp_field);
+
+        if (!f)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s has no bytes field %s",
+                                    resp->descriptor->name, c->resp_field);
+        return rpc_message_pack_bytes(resp, (size_t)c->srv->max_message, f, &c->resp_bytes, 1,
+                                      GRPC_SLICE_LENGTH(c->resp_bytes), ret, err);
+}
+
 /* Runs the handler; returns the encoded unary response (NULL for streams and on error). */
 static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
 {
@@ -446,8 +485,13 @@ static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
                 cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s: no request message", m->path);
                 return NULL;
         }
-        if (rpc_message_unpack(m->request, c->payload, "request", GRPC_STATUS_INVALID_ARGUMENT,
-                               &req, err) < 0)
+        if (m->request_bytes_field
+                    ? rpc_message_unpack_bytes(m->request, c->payload,
+                                               rpc_bytes_field(m->request, m->request_bytes_field),
+                                               "request", GRPC_STATUS_INVALID_ARGUMENT, &req,
+                                               &c->req_bytes, err) < 0
+                    : rpc_message_unpack(m->request, c->payload, "request",
+                                         GRPC_STATUS_INVALID_ARGUMENT, &req, err) < 0)
                 return NULL;
 
         if (m->stream) {
@@ -458,6 +502,8 @@ static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
                 r = m->unary(c, req, resp, m->userdata, err);
                 if (r == 0 && c->raw_resp)
                         bb = TAKE_PTR(c->raw_resp);
+                else if (r == 0 && c->resp_field)
+                        pack_with_bytes(c, resp, &bb, err);
                 else if (r == 0)
                         rpc_message_pack(resp, (size_t)c->srv->max_message, &bb, err);
         }
@@ -531,6 +577,7 @@ static rpc_call *call_new(srv_method *sm)
         c->payload = TAKE_PTR(sm->payload);
         c->peer = grpc_call_get_peer(c->call);
         c->status_details = grpc_empty_slice();
+        rpc_bytes_init(&c->req_bytes);
         c->refs = 2; /* the close op, and the handler (or the refusal batch) */
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->cond, NULL);
@@ -743,6 +790,9 @@ int rpc_server_add_method(rpc_server *srv, const rpc_method *m, cs_error **err)
         if (!m->unary == !m->stream)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL,
                                     "%s: set exactly one of unary and stream", m->path);
+        if (m->request_bytes_field && !rpc_bytes_field(m->request, m->request_bytes_field))
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: %s has no bytes field %s",
+                                    m->path, m->request->name, m->request_bytes_field);
         sm = &srv->methods[srv->n_methods];
         sm->handle = grpc_server_register_method(srv->server, m->path, NULL,
                                                  GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);

@@ -106,20 +106,52 @@ int64_t cs_now_realtime_ms(void)
 
 int cs_write_all(int fd, const void *buf, size_t len)
 {
-        const char *p = buf;
+        struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
+        return cs_writev_all(fd, &iov, 1);
+}
 
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
+int cs_writev_all(int fd, const struct iovec *iov, size_t n_iov)
+{
+        size_t i = 0, done = 0; /* iov[i] is written up to done */
+
+        for (;;) {
+                struct iovec v[64];
+                size_t n = 0;
+                ssize_t w;
+
+                while (i < n_iov && iov[i].iov_len == done) {
+                        i++;
+                        done = 0;
+                }
+                if (i == n_iov)
+                        return 0;
+                for (size_t k = i; k < n_iov && n < ARRAY_SIZE(v); k++) {
+                        size_t skip = k == i ? done : 0;
+                        v[n++] = (struct iovec){ .iov_base = (char *)iov[k].iov_base + skip,
+                                                 .iov_len = iov[k].iov_len - skip };
+                }
+                w = writev(fd, v, (int)n);
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w < 0)
+                        return -1;
+                if (w == 0) {
+                        errno = EIO;
                         return -1;
                 }
-                p += n;
-                len -= (size_t)n;
+                for (size_t left = (size_t)w; left > 0;) {
+                        size_t k = iov[i].iov_len - done;
+                        if (k > left)
+                                k = left;
+                        done += k;
+                        left -= k;
+                        if (done == iov[i].iov_len) {
+                                i++;
+                                done = 0;
+                        }
+                }
         }
-        return 0;
 }
 
 ssize_t cs_read_full(int fd, void *buf, size_t len)

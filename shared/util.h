@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define _cleanup_(f)    __attribute__((cleanup(f)))
@@ -52,6 +53,9 @@ char *cs_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Writes all of buf (retrying short writes and EINTR). 0, or -1 with errno. */
 int cs_write_all(int fd, const void *buf, size_t len);
+
+/* cs_write_all of the pieces iov[0..n_iov), gathered by writev(2) rather than copied. */
+int cs_writev_all(int fd, const struct iovec *iov, size_t n_iov);
 
 /* Reads until buf is full or the input ends (retrying EINTR). The count, or -1 with errno. */
 ssize_t cs_read_full(int fd, void *buf, size_t len);

@@ -17,6 +17,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <grpc/slice_buffer.h>
 #include <grpc/support/time.h>
 
 #include "rpc.h"
@@ -171,6 +172,61 @@ static int echo_stream(rpc_call *call, const ProtobufCMessage *req_msg, void *us
         return r;
 }
 
+/* Echo/Bulk: the payload is not decoded (request_bytes_field) and is answered with
+ * rpc_call_respond_bytes. "relay" passes it on to Bulk on this same server from the slices
+ * it arrived in; payload_size asks for that many bytes back instead; `seq` says in how many
+ * pieces the payload arrived. */
+static int echo_bulk(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                     void *userdata, cs_error **err)
+{
+        const Test__V1__EchoRequest *req = (const void *)req_msg;
+        Test__V1__EchoResponse *resp = (void *)resp_msg;
+        const rpc_bytes *data = rpc_call_request_bytes(call);
+        uint8_t *copy, *p;
+        size_t sum = 0;
+
+        (void)userdata;
+        if (!data || req->payload.len)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "the payload was decoded");
+        for (size_t i = 0; i < data->n_iov; i++)
+                sum += data->iov[i].iov_len;
+        if (sum != data->len)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "pieces of %zu bytes, not %zu", sum,
+                                    data->len);
+        if (strcmp(req->text, "relay") == 0) {
+                char target[64];
+                rpc_channel *ch;
+                grpc_byte_buffer *got = NULL;
+                Test__V1__EchoRequest inner = *req;
+                rpc_call_options opts = { .parent = call, .bytes_field = "payload", .bytes = data };
+                int r;
+
+                inner.text = "relayed";
+                snprintf(target, sizeof(target), "127.0.0.1:%d", own_port);
+                ch = rpc_channel_new(target);
+                r = rpc_unary_raw(ch, "/test.v1.Echo/Bulk", &inner.base, &opts, &got, err);
+                rpc_channel_free(ch);
+                if (r == 0)
+                        rpc_call_respond_raw(call, got);
+                return r;
+        }
+        resp->text = req->text;
+        resp->seq = (uint32_t)data->n_iov;
+        if (req->payload_size) {
+                p = cs_xmalloc(req->payload_size);
+                memset(p, 0x5a, req->payload_size);
+                rpc_call_respond_bytes(call, "payload", p, req->payload_size, free);
+                return 0;
+        }
+        p = copy = cs_xmalloc(data->len + 1);
+        for (size_t i = 0; i < data->n_iov; i++) {
+                memcpy(p, data->iov[i].iov_base, data->iov[i].iov_len);
+                p += data->iov[i].iov_len;
+        }
+        rpc_call_respond_bytes(call, "payload", copy, data->len, free);
+        return 0;
+}
+
 static const rpc_method echo_methods[] = {
         { .path = "/test.v1.Echo/Unary",
           .request = &test__v1__echo_request__descriptor,
@@ -180,6 +236,11 @@ static const rpc_method echo_methods[] = {
           .request = &test__v1__echo_request__descriptor,
           .response = &test__v1__echo_response__descriptor,
           .stream = echo_stream },
+        { .path = "/test.v1.Echo/Bulk",
+          .request = &test__v1__echo_request__descriptor,
+          .response = &test__v1__echo_response__descriptor,
+          .unary = echo_bulk,
+          .request_bytes_field = "payload" },
 };
 
 static rpc_server *echo_server_start(unsigned max_calls, int64_t grace_ms)
@@ -382,9 +443,9 @@ static void test_16mib_both_ways(void **state)
         rpc_stream_free(st);
 }
 
-/* Sends `size` bytes (taking ownership of buf) as an Echo/Unary request with raw gRPC core,
+/* Sends `size` bytes (taking ownership of buf) as a request for `method` with raw gRPC core,
  * with no client-side cap or encoding, so that only the server can refuse it. */
-static grpc_status_code raw_unary(int port, uint8_t *buf, size_t size)
+static grpc_status_code raw_call(int port, const char *method, uint8_t *buf, size_t size)
 {
         char target[64];
         grpc_arg arg = { .type = GRPC_ARG_INTEGER,
@@ -414,7 +475,7 @@ static grpc_status_code raw_unary(int port, uint8_t *buf, size_t size)
         ch = grpc_channel_create(target, creds, &args);
         grpc_channel_credentials_release(creds);
         call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                        grpc_slice_from_static_string("/test.v1.Echo/Unary"), NULL,
+                                        grpc_slice_from_static_string(method), NULL,
                                         gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         grpc_metadata_array_init(&md);
         grpc_metadata_array_init(&trailing);
@@ -441,6 +502,11 @@ static grpc_status_code raw_unary(int port, uint8_t *buf, size_t size)
                 ;
         grpc_completion_queue_destroy(cq);
         return status;
+}
+
+static grpc_status_code raw_unary(int port, uint8_t *buf, size_t size)
+{
+        return raw_call(port, "/test.v1.Echo/Unary", buf, size);
 }
 
 /* A valid EchoRequest of `size` bytes: field 2 (payload), length-delimited, zeros. */
@@ -506,6 +572,158 @@ static void test_over_cap_rejected(void **state)
         assert_null(err);
         assert_string_equal(resp->text, "still here");
         protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+static Test__V1__EchoResponse *bulk(Test__V1__EchoRequest *req, const rpc_call_options *opts,
+                                    cs_error **err)
+{
+        ProtobufCMessage *resp = NULL;
+
+        if (rpc_unary(channel, "/test.v1.Echo/Bulk", &req->base,
+                      &test__v1__echo_response__descriptor, opts, &resp, err) < 0)
+                return NULL;
+        return (Test__V1__EchoResponse *)resp;
+}
+
+/* A bytes field left undecoded on the way in, and sent from where it is on the way out:
+ * large, empty, relayed from its slices, and with other fields around it. */
+static void test_bytes_field_in_place(void **state)
+{
+        const size_t size = 5 * MIB + 123;
+        _cleanup_free_ uint8_t *big = cs_xmalloc(size);
+        Test__V1__EchoRequest req = TEST__V1__ECHO_REQUEST__INIT;
+        Test__V1__EchoResponse *resp;
+        cs_error *err = NULL;
+
+        (void)state;
+        for (size_t i = 0; i < size; i++)
+                big[i] = (uint8_t)(i * 7 + (i >> 11));
+        req.text = "around";
+        req.count = 7;
+        req.payload = (ProtobufCBinaryData){ .len = size, .data = big };
+        resp = bulk(&req, NULL, &err);
+        assert_null(err);
+        assert_string_equal(resp->text, "around");
+        assert_int_equal(resp->payload.len, size);
+        assert_memory_equal(resp->payload.data, big, size);
+        assert_true(resp->seq >= 1);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+
+        /* Relayed: the relay sends the pieces it received, without gathering them. */
+        req.text = "relay";
+        resp = bulk(&req, NULL, &err);
+        assert_null(err);
+        assert_string_equal(resp->text, "relayed");
+        assert_int_equal(resp->payload.len, size);
+        assert_memory_equal(resp->payload.data, big, size);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+
+        /* No payload at all. */
+        req.text = "empty";
+        req.payload = (ProtobufCBinaryData){ 0 };
+        resp = bulk(&req, NULL, &err);
+        assert_null(err);
+        assert_int_equal(resp->payload.len, 0);
+        assert_int_equal(resp->seq, 0);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+/* A client sending the bytes from slices of its own (rpc_call_options.bytes); with the field
+ * also set in the message, it occurs twice and the last occurrence wins, as in decoding. */
+static void test_bytes_field_from_slices(void **state)
+{
+        static const char parts[][8] = { "first-", "second-", "third" };
+        Test__V1__EchoRequest req = TEST__V1__ECHO_REQUEST__INIT;
+        Test__V1__EchoResponse *resp;
+        rpc_bytes b = { .len = 0 };
+        rpc_call_options opts = { .bytes_field = "payload", .bytes = &b };
+        cs_error *err = NULL;
+
+        (void)state;
+        grpc_slice_buffer_init(&b.slices);
+        for (size_t i = 0; i < ARRAY_SIZE(parts); i++) {
+                grpc_slice_buffer_add(&b.slices, grpc_slice_from_copied_string(parts[i]));
+                b.len += strlen(parts[i]);
+        }
+        req.text = "slices";
+        req.payload = (ProtobufCBinaryData){ .len = 3, .data = (uint8_t *)"old" };
+        resp = bulk(&req, &opts, &err);
+        assert_null(err);
+        assert_int_equal(resp->payload.len, strlen("first-second-third"));
+        assert_memory_equal(resp->payload.data, "first-second-third", resp->payload.len);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+
+        /* A field that is not bytes cannot carry them. */
+        opts.bytes_field = "text";
+        assert_null(bulk(&req, &opts, &err));
+        assert_int_equal(err->code, GRPC_STATUS_INTERNAL);
+        cs_error_freep(&err);
+        grpc_slice_buffer_destroy(&b.slices);
+}
+
+static grpc_status_code raw_bulk(const uint8_t *bytes, size_t size)
+{
+        uint8_t *buf = cs_xmalloc(size ? size : 1);
+
+        memcpy(buf, bytes, size);
+        return raw_call(own_port, "/test.v1.Echo/Bulk", buf, size);
+}
+
+/* Malformed framing around an undecoded field is refused as decoding would refuse it. */
+static void test_bytes_field_malformed(void **state)
+{
+        /* payload (field 2) says 100 bytes, 3 follow */
+        static const uint8_t truncated[] = { 0x12, 0x64, 'a', 'b', 'c' };
+        /* a group (wire type 3), which proto3 has not */
+        static const uint8_t group[] = { 0x1b, 0x1c };
+        /* a key cut short */
+        static const uint8_t short_key[] = { 0x12, 0x01, 'x', 0x80 };
+        /* text with a NUL after the payload */
+        static const uint8_t nul[] = { 0x12, 0x01, 'x', 0x0a, 0x03, 'a', 0x00, 'b' };
+        /* text, payload, count: fine */
+        static const uint8_t fine[] = { 0x0a, 0x02, 'h', 'i', 0x12, 0x02, 0x00, 0x01, 0x18, 0x05 };
+        Test__V1__EchoRequest req = TEST__V1__ECHO_REQUEST__INIT;
+        Test__V1__EchoResponse *resp;
+        cs_error *err = NULL;
+
+        (void)state;
+        assert_int_equal(raw_bulk(truncated, sizeof(truncated)), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(raw_bulk(group, sizeof(group)), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(raw_bulk(short_key, sizeof(short_key)), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(raw_bulk(nul, sizeof(nul)), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(raw_bulk(fine, sizeof(fine)), GRPC_STATUS_OK);
+        assert_int_equal(raw_bulk(fine, 0), GRPC_STATUS_OK);
+
+        /* A response over the cap fails the call, not the server. */
+        req.text = "big";
+        req.payload_size = 17 * MIB;
+        assert_null(bulk(&req, NULL, &err));
+        assert_int_equal(err->code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+        cs_error_freep(&err);
+        req.payload_size = 3;
+        resp = bulk(&req, NULL, &err);
+        assert_null(err);
+        assert_memory_equal(resp->payload.data, "ZZZ", 3);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+/* A request_bytes_field that is not a bytes field of the request is refused at registration. */
+static void test_bytes_field_checked_at_registration(void **state)
+{
+        rpc_server_options o = { .listen = "127.0.0.1:0" };
+        rpc_server *srv = rpc_server_new(&o);
+        rpc_method m = echo_methods[0];
+        cs_error *err = NULL;
+
+        (void)state;
+        m.request_bytes_field = "text";
+        assert_int_equal(rpc_server_add_method(srv, &m, &err), -1);
+        assert_int_equal(err->code, GRPC_STATUS_INTERNAL);
+        cs_error_freep(&err);
+        m.request_bytes_field = "nonesuch";
+        assert_int_equal(rpc_server_add_method(srv, &m, &err), -1);
+        cs_error_freep(&err);
+        rpc_server_free(srv);
 }
 
 static void test_client_cancel_seen_by_handler(void **state)
@@ -740,6 +958,10 @@ int main(void)
                 cmocka_unit_test(test_16mib_both_ways),
                 cmocka_unit_test(test_over_cap_rejected),
                 cmocka_unit_test(test_nul_in_string_rejected),
+                cmocka_unit_test(test_bytes_field_in_place),
+                cmocka_unit_test(test_bytes_field_from_slices),
+                cmocka_unit_test(test_bytes_field_malformed),
+                cmocka_unit_test(test_bytes_field_checked_at_registration),
                 cmocka_unit_test(test_client_cancel_seen_by_handler),
                 cmocka_unit_test(test_deadline_mid_stream),
                 cmocka_unit_test(test_relay_in_order_and_cancel_propagates),
