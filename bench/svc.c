@@ -214,24 +214,32 @@ int svc_read(bench_ctx *b, const char *id, const char *path, int64_t offset, uin
 {
         Compute__V1__ReadFileRequest req = COMPUTE__V1__READ_FILE_REQUEST__INIT;
         ProtobufCMessage *resp = NULL;
-        const Compute__V1__ReadFileResponse *r;
+        rpc_bytes data;
+        size_t got = 0;
 
         req.sandbox_id = (char *)id;
         req.path = (char *)path;
         req.offset = offset;
         req.max_bytes = (int64_t)max;
-        if (rpc_unary(b->ch, BENCH_METHOD("ReadFile"), &req.base,
-                      &compute__v1__read_file_response__descriptor, &unary_opts, &resp, err) < 0)
+        /* The data is copied once, from the pieces it arrived in to buf, as a client that
+         * keeps it would. */
+        rpc_bytes_init(&data);
+        if (rpc_unary_bytes(b->ch, BENCH_METHOD("ReadFile"), &req.base,
+                            &compute__v1__read_file_response__descriptor, "data", &unary_opts,
+                            &resp, &data, err) < 0)
                 return cs_error_prefix(err, "ReadFile %s", path);
-        r = (const void *)resp;
-        if (r->data.len > max) {
-                protobuf_c_message_free_unpacked(resp, NULL);
+        protobuf_c_message_free_unpacked(resp, NULL);
+        if (data.len > max) {
+                rpc_bytes_clear(&data);
                 return cs_error_set(err, GRPC_STATUS_INTERNAL,
                                     "ReadFile %s: %zu bytes returned for max_bytes %zu", path,
-                                    r->data.len, max);
+                                    data.len, max);
         }
-        memcpy(buf, r->data.data, r->data.len);
-        *ret_len = r->data.len;
-        protobuf_c_message_free_unpacked(resp, NULL);
+        for (size_t i = 0; i < data.n_iov; i++) {
+                memcpy(buf + got, data.iov[i].iov_base, data.iov[i].iov_len);
+                got += data.iov[i].iov_len;
+        }
+        *ret_len = got;
+        rpc_bytes_clear(&data);
         return 0;
 }

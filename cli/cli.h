@@ -120,6 +120,11 @@ int cli_unary(cli_ctx *ctx, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
               cs_error **err);
 
+/* cli_unary, with the response's bytes field left undecoded in *ret_bytes (rpc_unary_bytes). */
+int cli_unary_bytes(cli_ctx *ctx, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, const char *bytes_field,
+                    ProtobufCMessage **ret_resp, rpc_bytes *ret_bytes, cs_error **err);
+
 /* Signal handling. SIGINT and SIGTERM are blocked in every thread and taken by one thread
  * of their own. By default a signal ends the program at once with status 130, after
  * removing the path registered with cli_signals_set_unlink() (a download's temp file).

@@ -281,20 +281,27 @@ static int download_to(cli_ctx *ctx, const char *id, const char *rpath, int fd, 
         for (;;) {
                 _cleanup_msg_ ProtobufCMessage *msg = NULL;
                 const Compute__V1__ReadFileResponse *resp;
+                rpc_bytes data;
+                int r;
 
+                /* The data is written out from the pieces it arrived in, not decoded. */
+                rpc_bytes_init(&data);
                 req.offset = (int64_t)prog->done;
-                if (cli_unary(ctx, CLI_METHOD("ReadFile"), &req.base,
-                              &compute__v1__read_file_response__descriptor, &msg, err) < 0)
+                if (cli_unary_bytes(ctx, CLI_METHOD("ReadFile"), &req.base,
+                                    &compute__v1__read_file_response__descriptor, "data", &msg,
+                                    &data, err) < 0)
                         return -1;
                 resp = (const Compute__V1__ReadFileResponse *)msg;
                 prog->total = resp->total_size;
-                if (resp->data.len > 0 && cs_write_all(fd, resp->data.data, resp->data.len) < 0)
+                r = cs_writev_all(fd, data.iov, data.n_iov);
+                prog->done += data.len;
+                rpc_bytes_clear(&data);
+                if (r < 0)
                         return cs_error_errno(err, errno, "cannot write '%s'", local);
-                prog->done += resp->data.len;
                 progress_draw(prog, false);
                 if (resp->eof)
                         return 0;
-                if (resp->data.len == 0)
+                if (prog->done == (uint64_t)req.offset)
                         return cs_error_set(err, GRPC_STATUS_INTERNAL,
                                             "%s: the server returned no data at offset %" PRIu64
                                             " before the end of the file",

@@ -90,6 +90,16 @@ int cli_unary(cli_ctx *ctx, const char *method, const ProtobufCMessage *req,
         return rpc_unary(cli_channel(ctx), method, req, resp_desc, &opts, ret_resp, err);
 }
 
+int cli_unary_bytes(cli_ctx *ctx, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, const char *bytes_field,
+                    ProtobufCMessage **ret_resp, rpc_bytes *ret_bytes, cs_error **err)
+{
+        rpc_call_options opts = { .timeout_ms = ctx->timeout_ms };
+
+        return rpc_unary_bytes(cli_channel(ctx), method, req, resp_desc, bytes_field, &opts,
+                               ret_resp, ret_bytes, err);
+}
+
 /* --- signals ------------------------------------------------------------------------------ */
 
 static struct {
