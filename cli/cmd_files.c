@@ -329,6 +329,7 @@ static int cp_download(cli_ctx *ctx, const cp_state *s, const char *src, const c
         _cleanup_close_ int fd = -1;
         bool to_stdout = strcmp(dst, "-") == 0;
         progress prog;
+        struct stat st;
         char *slash;
         int r;
 
@@ -336,18 +337,30 @@ static int cp_download(cli_ctx *ctx, const cp_state *s, const char *src, const c
                 cli_usage_error(&cli_cmd_cp, "'%s' names a directory: cp copies one file", src);
                 return CLI_EXIT_USAGE;
         }
-        if (to_stdout) {
+        target = to_stdout ? NULL : download_target(dst, rpath);
+        if (to_stdout || (stat(target, &st) == 0 && !S_ISREG(st.st_mode))) {
+                /* Stdout, or an existing device or FIFO (/dev/null, a named pipe): written
+                 * in place, as cp(1) does. A file renamed over it would replace the node. */
+                if (!to_stdout) {
+                        fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+                        if (fd < 0) {
+                                cs_error_errno(&err, errno, "cannot open '%s'", target);
+                                return cli_fail(err);
+                        }
+                }
                 progress_start(&prog, !ctx->json && !s->quiet, rpath, -1);
-                r = download_to(ctx, id, rpath, STDOUT_FILENO, "stdout", &prog, &err);
+                r = download_to(ctx, id, rpath, to_stdout ? STDOUT_FILENO : fd,
+                                to_stdout ? "stdout" : target, &prog, &err);
+                if (r == 0 && fd >= 0 && close(TAKE_FD(fd)) < 0)
+                        r = cs_error_errno(&err, errno, "cannot write '%s'", target);
                 progress_end(&prog, r == 0);
                 if (r < 0)
                         return cli_fail(err);
-                return cp_summary(ctx, src, dst, prog.done, true);
+                return cp_summary(ctx, src, to_stdout ? dst : target, prog.done, to_stdout);
         }
 
         /* A temp file next to the target, renamed over it at the end: a failed or
          * interrupted download leaves no half file behind. */
-        target = download_target(dst, rpath);
         dir = cs_xstrdup(target);
         slash = strrchr(dir, '/');
         if (slash)
@@ -419,7 +432,8 @@ const cli_command cli_cmd_cp = {
                 "file name. Files of any size move in 16 MiB calls. An upload sends the local\n"
                 "file's permission bits for a new remote file; a download writes a temporary\n"
                 "file next to DST and renames it at the end, so a failure leaves no partial\n"
-                "file (an upload that fails midway leaves the remote file incomplete).\n"
+                "file (an upload that fails midway leaves the remote file incomplete); a DST\n"
+                "that is a device or FIFO (/dev/null, a named pipe) is written in place.\n"
                 "A progress bar is drawn on stderr when it is a terminal.\n"
                 "--json: {\"source\", \"destination\", \"bytes\"} (on stderr when DST is '-').\n",
         .options = cp_options,

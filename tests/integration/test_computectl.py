@@ -11,9 +11,11 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import uuid
@@ -227,6 +229,17 @@ class ComputectlTest(unittest.TestCase):
             self.assertTrue(f.read() == data, "the file came back different")
         self.assertEqual([n for n in os.listdir(self.tmp) if "computectl" in n], [],
                          "a temporary file was left behind")
+
+        # A DST that is a FIFO (as /dev/null is a device) is written in place, not replaced.
+        fifo = os.path.join(self.tmp, "fifo")
+        os.mkfifo(fifo)
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+        reader.start()
+        self.ok("cp", f"{sid}:blob.bin", fifo)
+        reader.join(30)
+        self.assertTrue(got and got[0] == data, "the FIFO's reader got other bytes")
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode), "the FIFO was replaced")
 
         # ls shows it with its size and mode.
         p = self.ok("ls", sid)
