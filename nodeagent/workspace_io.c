@@ -508,7 +508,6 @@ int ws_read(const ws_root *root, const char *path, int64_t offset, int64_t max_b
 
 #define WRITE_RETRY 1 /* the tree changed between resolution and creation: resolve again */
 
-/* 0 or a negative errno. */
 /* The data of a write: pieces, as they arrived. */
 typedef struct ws_data {
         const struct iovec *iov;
