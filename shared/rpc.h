@@ -80,7 +80,8 @@ typedef struct rpc_method {
 } rpc_method;
 
 /* Bytes of a message kept in the slices they arrived in (reference counted, never copied):
- * `iov` views them for writev(2), `slices` hands them on (rpc_call_options.bytes). */
+ * `iov` views them for writev(2), `slices` hands them on (rpc_call_options.bytes, which
+ * sends slices.length bytes). */
 typedef struct rpc_bytes {
         size_t len; /* total */
         struct iovec *iov;
@@ -185,9 +186,11 @@ const rpc_bytes *rpc_call_request_bytes(rpc_call *call);
 
 /* For bulk responses: the unary response is sent as `resp` plus its bytes field `field`
  * holding data[0..len), which is not copied into the encoding but sent from where it is,
- * then freed with free_fn (NULL: not freed) once gRPC is done with it, whatever happens to
- * the call. resp's own `field` must be left empty. Over the message cap, the call fails with
- * RESOURCE_EXHAUSTED. From the handler's thread. */
+ * then freed with free_fn once gRPC is done with it, whatever happens to the call. That can
+ * be after the call has ended, on one of gRPC's threads: data must be memory of its own
+ * (malloc'ed, with free), never the call's (rpc_call_alloc); free_fn NULL is for static
+ * data only. resp's own `field` must be left empty. Over the message cap, the call fails
+ * with RESOURCE_EXHAUSTED. From the handler's thread. */
 void rpc_call_respond_bytes(rpc_call *call, const char *field, void *data, size_t len,
                             void (*free_fn)(void *));
 

@@ -178,7 +178,7 @@ static int client_call_init(client_call *cc, rpc_channel *ch, const char *method
                                             opts->bytes_field ? opts->bytes_field : "(none)");
                 if (rpc_message_pack_bytes(req, RPC_MAX_MESSAGE_BYTES, f,
                                            opts->bytes->slices.slices, opts->bytes->slices.count,
-                                           opts->bytes->len, &cc->request, err) < 0)
+                                           opts->bytes->slices.length, &cc->request, err) < 0)
                         return -1;
         } else if (rpc_message_pack(req, RPC_MAX_MESSAGE_BYTES, &cc->request, err) < 0) {
                 return -1;

@@ -226,14 +226,21 @@ static bool cur_byte(wire_cursor *c, uint8_t *ret)
         return true;
 }
 
-static bool cur_varint(wire_cursor *c, uint64_t *ret)
+/* Reads a varint of at most max bytes: 10 for a value, 5 for a key or a length, as
+ * protobuf-c allows (a longer one fails the message there too). */
+#define VARINT_MAX_VALUE 10
+#define VARINT_MAX_KEY   5
+
+static bool cur_varint(wire_cursor *c, int max, uint64_t *ret)
 {
         uint64_t v = 0;
         uint8_t b;
 
-        for (int i = 0; i < 10; i++) {
+        for (int i = 0; i < max; i++) {
                 if (!cur_byte(c, &b))
                         return false;
+                if (i == 9 && b > 1)
+                        return false; /* over 64 bits */
                 v |= (uint64_t)(b & 0x7f) << (7 * i);
                 if (!(b & 0x80)) {
                         *ret = v;
@@ -294,11 +301,11 @@ static long wire_split(const grpc_slice_buffer *sb, uint32_t bulk, long keep, ui
                 if (!cur_byte(&c, &b))
                         return seen; /* the end, between two fields */
                 c = start;
-                if (!cur_varint(&c, &key) || (key >> 3) == 0)
+                if (!cur_varint(&c, VARINT_MAX_KEY, &key) || (key >> 3) == 0)
                         return -1;
                 switch (key & 7) {
                 case 0: /* varint */
-                        if (!cur_varint(&c, &n))
+                        if (!cur_varint(&c, VARINT_MAX_VALUE, &n))
                                 return -1;
                         n = 0;
                         break;
@@ -309,7 +316,7 @@ static long wire_split(const grpc_slice_buffer *sb, uint32_t bulk, long keep, ui
                         n = 4;
                         break;
                 case 2: /* length-delimited */
-                        if (!cur_varint(&c, &n))
+                        if (!cur_varint(&c, VARINT_MAX_KEY, &n) || n > INT32_MAX)
                                 return -1;
                         break;
                 default: /* groups: not in proto3 */
@@ -364,7 +371,8 @@ int rpc_message_unpack_bytes(const ProtobufCMessageDescriptor *desc, grpc_byte_b
         }
         p = rest = cs_xmalloc(rest_len ? rest_len : 1);
         rest_len = 0;
-        wire_split(&sb, field->id, n - 1, &p, &rest_len, &ret_bytes->slices, &bulk_len);
+        if (wire_split(&sb, field->id, n - 1, &p, &rest_len, &ret_bytes->slices, &bulk_len) != n)
+                abort(); /* the same bytes walked twice */
         if (decode(desc, rest, rest_len, what, bad_code, ret, err) < 0)
                 goto out;
         ret_bytes->len = n > 0 ? bulk_len : 0;

@@ -678,6 +678,9 @@ static void test_bytes_field_malformed(void **state)
         static const uint8_t group[] = { 0x1b, 0x1c };
         /* a key cut short */
         static const uint8_t short_key[] = { 0x12, 0x01, 'x', 0x80 };
+        /* the payload's key, and then its length, padded to 6 bytes: protobuf-c allows 5 */
+        static const uint8_t long_key[] = { 0x92, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00 };
+        static const uint8_t long_len[] = { 0x12, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 'x' };
         /* text with a NUL after the payload */
         static const uint8_t nul[] = { 0x12, 0x01, 'x', 0x0a, 0x03, 'a', 0x00, 'b' };
         /* text, payload, count: fine */
@@ -691,6 +694,8 @@ static void test_bytes_field_malformed(void **state)
         assert_int_equal(raw_bulk(group, sizeof(group)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(short_key, sizeof(short_key)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(nul, sizeof(nul)), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(raw_bulk(long_key, sizeof(long_key)), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(raw_bulk(long_len, sizeof(long_len)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(fine, sizeof(fine)), GRPC_STATUS_OK);
         assert_int_equal(raw_bulk(fine, 0), GRPC_STATUS_OK);
 
