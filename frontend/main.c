@@ -45,8 +45,8 @@ static const cs_option options[] = {
         { "agent-timeout-ms", "COMPUTE_AGENT_TIMEOUT_MS", CS_OPT_INT, "30000",
           "Deadline of each unary call to a node agent.", &agent_timeout_ms, 100, 600000 },
         { "agent-poll-ms", "COMPUTE_AGENT_POLL_MS", CS_OPT_INT, "1000",
-          "Local scheduler: how often node agents are health-checked (an agent that comes "
-          "back is listed again).",
+          "Local scheduler: how often node agents are health-checked (an agent is down after "
+          "two failed checks in a row; one that comes back is listed again).",
           &agent_poll_ms, 50, 60000 },
         { "wait-ready-ms", "COMPUTE_WAIT_READY_MS", CS_OPT_INT, "60000",
           "How long ExecCommand (and, in kube mode, file calls) wait for a STARTING sandbox "

@@ -31,7 +31,8 @@ typedef struct agent {
         char *addr;
         rpc_channel *ch;
         bool healthy;
-        bool listed; /* its sandboxes are in the map */
+        int failed_checks; /* health checks failed in a row */
+        bool listed;       /* its sandboxes are in the map */
         uint32_t live;
 } agent;
 
@@ -133,6 +134,11 @@ static void map_forget_locked(local *l, const char *id)
  * agent hangs rather than refuses. */
 #define POLL_TIMEOUT_MS 5000
 
+/* An agent counts as down after this many health checks in a row have failed: one slow
+ * answer from an agent busy starting many sandboxes must not fail every call to it until
+ * the next check. A call to an agent that is really gone fails by itself meanwhile. */
+#define DOWN_AFTER_CHECKS 2
+
 static int agent_call_timeout(local *l, int idx, const char *method, const ProtobufCMessage *req,
                               const ProtobufCMessageDescriptor *resp_desc, rpc_call *parent,
                               int64_t timeout_ms, ProtobufCMessage **ret, cs_error **err)
@@ -140,12 +146,9 @@ static int agent_call_timeout(local *l, int idx, const char *method, const Proto
         rpc_call_options opts = { .timeout_ms = timeout_ms, .parent = parent };
         int r = rpc_unary(l->agents[idx].ch, method, req, resp_desc, &opts, ret, err);
 
-        if (r < 0 && (*err)->code == GRPC_STATUS_UNAVAILABLE) {
-                pthread_mutex_lock(&l->lock);
-                l->agents[idx].healthy = false;
-                pthread_mutex_unlock(&l->lock);
+        /* Whether the agent is down is the health checks' call (agent_poll). */
+        if (r < 0 && (*err)->code == GRPC_STATUS_UNAVAILABLE)
                 cs_error_prefix(err, "node agent %s", l->agents[idx].addr);
-        }
         return r;
 }
 
@@ -198,15 +201,23 @@ static void agent_poll(local *l, int idx)
         if (agent_call_timeout(l, idx, NA("GetAgentInfo"), &req.base,
                                &nodeagent__v1__get_agent_info_response__descriptor, NULL,
                                POLL_TIMEOUT_MS, (ProtobufCMessage **)&resp, &err) < 0) {
+                bool down;
+
                 pthread_mutex_lock(&l->lock);
-                l->agents[idx].healthy = false;
+                down = ++l->agents[idx].failed_checks >= DOWN_AFTER_CHECKS;
+                if (down)
+                        l->agents[idx].healthy = false;
                 pthread_mutex_unlock(&l->lock);
-                if (was)
+                if (was && down)
                         log_warn("node agent %s is down: %s", l->agents[idx].addr, err->msg);
+                else if (was)
+                        log_info("node agent %s: a health check failed: %s", l->agents[idx].addr,
+                                 err->msg);
                 cs_error_free(err);
                 return;
         }
         pthread_mutex_lock(&l->lock);
+        l->agents[idx].failed_checks = 0;
         l->agents[idx].live = resp->sandboxes_live;
         pthread_mutex_unlock(&l->lock);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
