@@ -18,18 +18,22 @@ extern char **environ;
 /* Reads from the pipes, as the node agent does: 64 KiB at a time. */
 #define HOST_READ_CHUNK (64 * 1024)
 
-/* The child gets a default signal disposition and mask, /dev/null as stdin and out_fd/err_fd
- * as stdout/stderr; every other fd of ours is O_CLOEXEC. */
+/* The child gets a default signal disposition and mask, an empty pipe as stdin (as the node
+ * agent gives `runsc exec`, which fchowns its stdio: never the host's /dev/null) and
+ * out_fd/err_fd as stdout/stderr; every other fd of ours is O_CLOEXEC. */
 static int host_spawn(const char *const *argv, int out_fd, int err_fd, pid_t *ret_pid,
                       cs_error **err)
 {
         posix_spawn_file_actions_t fa;
         posix_spawnattr_t attr;
         sigset_t none, all;
-        int r;
+        int in[2], r;
 
+        if (pipe2(in, O_CLOEXEC) < 0)
+                return cs_error_errno(err, errno, "pipe");
+        close(in[1]); /* the child reads EOF at once */
         posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_adddup2(&fa, in[0], 0);
         posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
         posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
         posix_spawnattr_init(&attr);
@@ -39,6 +43,7 @@ static int host_spawn(const char *const *argv, int out_fd, int err_fd, pid_t *re
         posix_spawnattr_setsigdefault(&attr, &all);
         posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         r = posix_spawnp(ret_pid, argv[0], &fa, &attr, (char *const *)argv, environ);
+        close(in[0]);
         posix_spawnattr_destroy(&attr);
         posix_spawn_file_actions_destroy(&fa);
         if (r != 0)

@@ -52,10 +52,20 @@ CHILD_NO_SANITIZE static int child_exec(void *arg)
                 if (getppid() != a->parent)
                         _exit(127);
         }
-        for (int i = 0; i < 3; i++) {
+        /* No stdin: an empty pipe (EOF at once), not /dev/null. runsc hands the stdio of
+         * `run` and `exec` to the sandbox's user by fchown(2), which on the host's /dev/null
+         * changes the node's device (measured: root:root -> nobody:nogroup). */
+        if (fds[0] < 0) {
+                int p[2];
+                if (pipe2(p, 0) < 0)
+                        _exit(127);
+                close(p[1]);
+                fds[0] = p[0];
+        }
+        for (int i = 1; i < 3; i++) {
                 if (fds[i] < 0) {
                         if (devnull < 0)
-                                devnull = open("/dev/null", O_RDWR);
+                                devnull = open("/dev/null", O_WRONLY);
                         fds[i] = devnull;
                 }
         }

@@ -14,7 +14,7 @@
 #define PROC_OUTPUT_MAX (4u << 20)
 
 typedef struct proc_spawn_opts {
-        int stdin_fd;  /* -1: /dev/null */
+        int stdin_fd;  /* -1: an empty pipe (never the host's /dev/null: runsc fchowns it) */
         int stdout_fd; /* -1: /dev/null */
         int stderr_fd; /* -1: /dev/null */
         /* Kill the child when the thread that spawned it exits (PR_SET_PDEATHSIG). Only for

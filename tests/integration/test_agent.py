@@ -118,6 +118,33 @@ class AgentTest(unittest.TestCase):
         _, err, done, _ = self.exec("--help")
         self.assertNotEqual(done.exit_code, 0)
 
+    def test_stdin_is_empty_and_never_the_hosts_dev_null(self):
+        # The command reads EOF at once, as from /dev/null.
+        out, _, done, _ = self.exec("sh", "-c", "cat; echo eof")
+        self.assertEqual((out, done.exit_code), (b"eof\n", 0))
+        # runsc run and exec fchown their stdio to the sandbox's user: handed the host's
+        # /dev/null, they change the node's device. Their stdin is an empty pipe instead.
+        t = threading.Thread(target=self.exec, args=("sleep", "2"))
+        t.start()
+        try:
+            deadline = time.monotonic() + 10
+            stdin = None
+            while stdin is None and time.monotonic() < deadline:
+                for pid in filter(str.isdigit, os.listdir("/proc")):
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            argv = f.read().split(b"\0")
+                        if b"exec" in argv and f"cs-{self.sid}".encode() in argv and \
+                                argv[0].endswith(b"runsc"):
+                            stdin = os.readlink(f"/proc/{pid}/fd/0")
+                    except OSError:
+                        continue
+                time.sleep(0.05)
+            self.assertIsNotNone(stdin, "no runsc exec process seen")
+            self.assertTrue(stdin.startswith("pipe:"), stdin)
+        finally:
+            t.join(30)
+
     def test_100mib_stream_intact_and_agent_memory_bounded(self):
         size = 100 * MIB
         out, err, done, events = self.exec(
@@ -443,9 +470,12 @@ class AgentLifecycleTest(unittest.TestCase):
         with open(os.path.join(bundle, "config.json"), "w") as f:
             json.dump(config, f)
         cid = "stray-" + uuid.uuid4().hex[:8]
-        subprocess.run(["runsc", "--root", self.agent.runsc_root, "--network=none",
-                        "run", "-detach", "-bundle", bundle, cid], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Stdio: an empty pipe and a file, never /dev/null, which runsc would chown to the
+        # sandbox's user (as the agent avoids: nodeagent/proc.c).
+        with open(os.path.join(bundle, "runsc.log"), "wb") as log:
+            subprocess.run(["runsc", "--root", self.agent.runsc_root, "--network=none",
+                            "run", "-detach", "-bundle", bundle, cid], check=True,
+                           input=b"", stdout=log, stderr=log)
         return cid
 
 

@@ -140,20 +140,20 @@ class CriRuntime:
     # --- runsc ---
 
     def _runsc(self, *args, check=True, timeout=60, detached_log=None):
+        # Stdin is an empty pipe, never /dev/null: runsc run and exec chown their stdio to
+        # the sandbox's user, which would change the host's device (nodeagent/proc.c).
         cmd = [self.runsc, "--root", self.root] + list(args)
         if detached_log:
             # create/run leave the sandbox and gofer running with our stdio: a file, not a
             # pipe, or we would wait for them forever.
             with open(detached_log, "ab") as log:
-                p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   timeout=timeout)
+                p = subprocess.run(cmd, input=b"", stdout=log, stderr=log, timeout=timeout)
             if check and p.returncode != 0:
                 with open(detached_log, "rb") as f:
                     tail = f.read()[-2000:].decode(errors="replace")
                 raise CriError(f"{' '.join(cmd)} failed ({p.returncode}): {tail}")
             return ""
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=timeout)
+        p = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=timeout)
         if check and p.returncode != 0:
             raise CriError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
         return p.stdout

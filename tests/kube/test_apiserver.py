@@ -770,7 +770,7 @@ class KubeletSimTest(unittest.TestCase):
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def runsc(self, *args, check=True):
-        return subprocess.run(["runsc", "--root", self.runsc_root] + list(args),
+        return subprocess.run(["runsc", "--root", self.runsc_root] + list(args), input="",
                               capture_output=True, text=True, check=check, timeout=60)
 
     def wait(self, pred, timeout=60, what="condition"):
