@@ -18,6 +18,7 @@
 
 #include "cgroup.h"
 #include "daemon.h"
+#include "image_cmd.h"
 #include "kube.h"
 #include "proc.h"
 #include "runtime.h"
@@ -51,7 +52,8 @@ static const cs_option options[] = {
         { "images-dir", "COMPUTE_IMAGES_DIR", CS_OPT_STRING, "",
           "Directory of image root filesystems: image NAME is the directory NAME in it "
           "(default: STATE_DIR/images). The image \"host\" (or none) is the host's root, "
-          "read-only.",
+          "read-only. `compute-nodeagent image import` adds OCI layouts and docker save "
+          "tarballs.",
           &images_dir, 0, 0 },
         { "runsc", "COMPUTE_RUNSC", CS_OPT_STRING, "runsc", "The runsc binary.", &runsc_path, 0,
           0 },
@@ -104,30 +106,13 @@ static const cs_option options[] = {
 static const cs_program program = {
         .name = "compute-nodeagent",
         .summary = "Serves the nodeagent.v1.NodeAgent gRPC API (internal: the frontend is its "
-                   "only client) and grpc.health.v1.Health.",
+                   "only client) and grpc.health.v1.Health. `compute-nodeagent image "
+                   "import|list|rm` manages the local mode's images (`image --help`).",
         .options = options,
         .n_options = ARRAY_SIZE(options),
 };
 
 static const char *const services[] = { "nodeagent.v1.NodeAgent", NULL };
-
-/* Creates path and its parents (mode 0700 for what it creates). */
-static int mkdir_parents(const char *path, cs_error **err)
-{
-        _cleanup_free_ char *p = cs_xstrdup(path);
-
-        for (char *s = p + 1;; s++) {
-                if (*s != '/' && *s != '\0')
-                        continue;
-                char c = *s;
-                *s = '\0';
-                if (mkdir(p, 0700) < 0 && errno != EEXIST)
-                        return cs_error_errno(err, errno, "cannot create %s", p);
-                *s = c;
-                if (c == '\0')
-                        return 0;
-        }
-}
 
 /* Creates the state directory and takes its lock; the returned fd holds the lock for the
  * life of the process. */
@@ -139,8 +124,8 @@ static int state_dir_claim(const char *path, cs_error **err)
         if (path[0] != '/')
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "--state-dir: '%s' is not an absolute path", path);
-        if (mkdir_parents(path, err) < 0)
-                return -1;
+        if (cs_mkdir_parents(path, 0700) < 0)
+                return cs_error_errno(err, errno, "cannot create %s", path);
         dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return cs_error_errno(err, errno, "cannot open %s", path);
@@ -268,6 +253,8 @@ int main(int argc, char **argv)
         agent a = { 0 };
         int r;
 
+        if (argc > 1 && strcmp(argv[1], "image") == 0)
+                return image_main(argc - 1, argv + 1);
         cs_signals_block();
         r = cs_config_parse(&program, argc, argv, NULL, &err);
         if (r == 0)

@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <poll.h>
@@ -985,21 +984,11 @@ void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *r
 
 /* --- housekeeping ---------------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-        (void)st;
-        (void)ftw;
-        if (type == FTW_DP)
-                rmdir(path);
-        else
-                unlink(path);
-        return 0;
-}
-
-/* Removes a tree without following symlinks (a workspace may hold links to anywhere). */
+/* Removes a tree without following symlinks (a workspace may hold links to anywhere) or
+ * entering another mount; best effort (what cannot go stays). */
 static void rm_tree(const char *path)
 {
-        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+        (void)cs_remove_tree(AT_FDCWD, path);
 }
 
 static sb_status status_of(rt_state st)

@@ -1,11 +1,14 @@
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,4 +175,169 @@ ssize_t cs_read_full(int fd, void *buf, size_t len)
                 got += (size_t)n;
         }
         return (ssize_t)got;
+}
+
+/* ---- cs_remove_tree ---------------------------------------------------------------------- */
+
+typedef struct rm_tree {
+        int topfd;     /* the directory being removed: deep subtrees are moved up into it */
+        dev_t dev;     /* its device: another device is another mount */
+        unsigned seq;  /* for the names of moved subtrees */
+        int first_err; /* the first errno met */
+} rm_tree;
+
+static void rm_note(rm_tree *t, int errnum)
+{
+        if (!t->first_err)
+                t->first_err = errnum;
+}
+
+/* Whether the directory fd is on the tree's mount (same device, not itself a mount root, which
+ * catches bind mounts of the same filesystem). */
+static bool rm_same_mount(const rm_tree *t, int fd)
+{
+        struct statx stx;
+
+        if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_TYPE, &stx) < 0)
+                return false;
+        if (makedev(stx.stx_dev_major, stx.stx_dev_minor) != t->dev)
+                return false;
+        return !(stx.stx_attributes_mask & stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+/* Moves dirfd/name (too deep to enter with a bounded number of fds) to the top of the tree,
+ * where a later round of the top's loop removes it. Returns whether it moved. */
+static bool rm_move_up(rm_tree *t, int dirfd, const char *name)
+{
+        for (int i = 0; i < 1000; i++) {
+                char tmp[32];
+
+                snprintf(tmp, sizeof(tmp), ".cs-rm-%u", t->seq++);
+                if (renameat2(dirfd, name, t->topfd, tmp, RENAME_NOREPLACE) == 0)
+                        return true;
+                if (errno != EEXIST) {
+                        rm_note(t, errno);
+                        return false;
+                }
+        }
+        rm_note(t, EEXIST);
+        return false;
+}
+
+static bool rm_at(rm_tree *t, int dirfd, const char *name, unsigned depth);
+
+/* Empties the directory fd (taken over), rereading it until a round removes nothing: whether
+ * readdir() returns entries added or removed while it runs is unspecified. */
+static void rm_contents(rm_tree *t, int fd, unsigned depth)
+{
+        DIR *d = fdopendir(fd);
+        bool progress = true;
+
+        if (!d) {
+                rm_note(t, errno);
+                close(fd);
+                return;
+        }
+        while (progress) {
+                struct dirent *de;
+
+                progress = false;
+                rewinddir(d);
+                while ((errno = 0, de = readdir(d))) {
+                        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                                continue;
+                        if (rm_at(t, dirfd(d), de->d_name, depth))
+                                progress = true;
+                }
+                if (errno) {
+                        rm_note(t, errno);
+                        break;
+                }
+        }
+        closedir(d);
+}
+
+/* Removes dirfd/name, depth levels below the top. Returns whether it is gone (or moved up). */
+static bool rm_at(rm_tree *t, int dirfd, const char *name, unsigned depth)
+{
+        int fd;
+
+        /* unlink(2) of a directory fails with EISDIR on Linux: no stat needed for the rest. */
+        if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+                return true;
+        if (errno != EISDIR) {
+                rm_note(t, errno);
+                return false;
+        }
+        if (depth >= CS_REMOVE_DEPTH)
+                return rm_move_up(t, dirfd, name);
+        fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT)
+                return true; /* someone else removed it meanwhile */
+        if (fd < 0) {
+                rm_note(t, errno);
+                return false;
+        }
+        if (!rm_same_mount(t, fd)) {
+                rm_note(t, EXDEV);
+                close(fd);
+                return false;
+        }
+        rm_contents(t, fd, depth + 1);
+        if (unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+                return true;
+        rm_note(t, errno);
+        return false;
+}
+
+int cs_remove_tree(int dirfd, const char *name)
+{
+        _cleanup_close_ int fd = -1;
+        rm_tree t = { .topfd = -1 };
+        struct stat st;
+        int dup_fd;
+
+        if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR)
+                return -1;
+        fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -1;
+        if (fstat(fd, &st) < 0)
+                return -1;
+        t.topfd = fd;
+        t.dev = st.st_dev;
+        if (!rm_same_mount(&t, fd)) {
+                errno = EXDEV;
+                return -1;
+        }
+        dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* rm_contents closes its fd */
+        if (dup_fd < 0)
+                return -1;
+        rm_contents(&t, dup_fd, 0);
+        if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                rm_note(&t, errno);
+        if (t.first_err) {
+                errno = t.first_err;
+                return -1;
+        }
+        return 0;
+}
+
+int cs_mkdir_parents(const char *path, mode_t mode)
+{
+        _cleanup_free_ char *p = cs_xstrdup(path);
+
+        for (char *s = p + 1;; s++) {
+                if (*s != '/' && *s != '\0')
+                        continue;
+                char c = *s;
+                *s = '\0';
+                if (mkdir(p, mode) < 0 && errno != EEXIST)
+                        return -1;
+                *s = c;
+                if (c == '\0')
+                        return 0;
+        }
 }

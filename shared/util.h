@@ -67,5 +67,18 @@ ssize_t cs_read_full(int fd, void *buf, size_t len);
 struct stat;
 int cs_read_file(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st);
 
+/* Creates path and its missing parents, each with mode (less the umask); existing ones are
+ * left as they are. 0, or -1 with errno set. */
+int cs_mkdir_parents(const char *path, mode_t mode);
+
+/* Removes dirfd/name (a path relative to dirfd, or absolute) and everything beneath it. A
+ * symlink is never followed: a link is removed, not what it points to; no directory on another
+ * mount is entered (a mount point and what lies on it are left, and the removal fails with
+ * EXDEV). Open fds stay bounded however deep the tree: a directory more than CS_REMOVE_DEPTH
+ * levels down is moved up beneath the tree's top and removed from there. A missing name is
+ * success. 0, or -1 with errno set to the first failure (the removal goes on past it). */
+#define CS_REMOVE_DEPTH 32
+int cs_remove_tree(int dirfd, const char *name);
+
 int64_t cs_now_monotonic_ms(void);
 int64_t cs_now_realtime_ms(void);

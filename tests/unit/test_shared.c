@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -186,6 +188,33 @@ static void test_usage_json(void **state)
         json_decref(j);
 }
 
+static void test_mkdir_parents(void **state)
+{
+        char tmpl[] = "/tmp/cs-mkdir-XXXXXX";
+        char *top = mkdtemp(tmpl);
+        _cleanup_free_ char *deep = NULL, *file = NULL, *under_file = NULL;
+        struct stat st;
+        FILE *f;
+
+        (void)state;
+        assert_non_null(top);
+        deep = cs_xasprintf("%s/a/b/c", top);
+        assert_int_equal(cs_mkdir_parents(deep, 0700), 0);
+        assert_int_equal(stat(deep, &st), 0);
+        assert_true(S_ISDIR(st.st_mode));
+        assert_int_equal(st.st_mode & 0777, 0700);
+        assert_int_equal(cs_mkdir_parents(deep, 0700), 0); /* existing: fine */
+        file = cs_xasprintf("%s/file", top);
+        f = fopen(file, "w");
+        assert_non_null(f);
+        fclose(f);
+        under_file = cs_xasprintf("%s/file/x", top);
+        assert_int_equal(cs_mkdir_parents(under_file, 0700), -1);
+        assert_int_equal(errno, ENOTDIR);
+        assert_int_equal(cs_remove_tree(AT_FDCWD, top), 0);
+        assert_int_not_equal(stat(top, &st), 0);
+}
+
 static void test_log_names(void **state)
 {
         cs_log_level l;
@@ -210,7 +239,7 @@ int main(void)
                 cmocka_unit_test(test_config_precedence), cmocka_unit_test(test_config_bad_input),
                 cmocka_unit_test(test_error_first_wins),  cmocka_unit_test(test_uuid),
                 cmocka_unit_test(test_log_names),         cmocka_unit_test(test_mount_path),
-                cmocka_unit_test(test_usage_json),
+                cmocka_unit_test(test_usage_json),        cmocka_unit_test(test_mkdir_parents),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
