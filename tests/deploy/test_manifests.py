@@ -415,8 +415,11 @@ class Manifests(unittest.TestCase):
         self.assertFalse(mounts["/run/containerd/runsc"].get("readOnly", False))
         self.assertTrue(env["COMPUTE_RUNSC_ROOT"]["value"].startswith(
             mounts["/run/containerd/runsc"]["mountPath"] + "/"))
-        self.assertEqual(mounts["/var/lib/kubelet"]["mountPath"], "/var/lib/kubelet")
-        self.assertEqual(mounts["/var/lib/kubelet"].get("mountPropagation"), "HostToContainer")
+        self.assertEqual(mounts["/var/lib/kubelet/pods"]["mountPath"], "/var/lib/kubelet/pods")
+        self.assertEqual(mounts["/var/lib/kubelet/pods"].get("mountPropagation"),
+                         "HostToContainer")
+        # Not the kubelet's whole directory: its pki/ would let the agent act as the node.
+        self.assertNotIn("/var/lib/kubelet", mounts)
         cg = mounts["/sys/fs/cgroup"]
         self.assertTrue(cg.get("readOnly"))
         self.assertEqual(env.get("COMPUTE_CGROUP_ROOT", {}).get("value", "/sys/fs/cgroup"),
@@ -426,7 +429,7 @@ class Manifests(unittest.TestCase):
                       "the state dir must survive agent restarts")
         self.assertLessEqual(set(mounts), {
             "/run/containerd/runsc", "/run/containerd/io.containerd.runtime.v2.task",
-            "/var/lib/kubelet", "/sys/fs/cgroup", "/var/lib/compute-nodeagent"},
+            "/var/lib/kubelet/pods", "/sys/fs/cgroup", "/var/lib/compute-nodeagent"},
             "a host path nobody justified")
         for forbidden in ("/", "/run/containerd", "/run/containerd/containerd.sock",
                           "/var/run", "/run"):
