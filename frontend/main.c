@@ -38,9 +38,9 @@ static const cs_option options[] = {
           "Local scheduler: node agents to schedule sandboxes on: host:port, comma-separated.",
           &agents, 0, 0 },
         { "sandbox-image", "SANDBOX_IMAGE", CS_OPT_STRING, "",
-          "Image for sandboxes whose CreateSandbox names none (local: empty is the agent's "
-          "default, the host's root read-only; kube: a container image, required unless "
-          "every CreateSandbox names one).",
+          "Image for sandboxes whose CreateSandbox names none (local: an image of the node "
+          "agents' images directory; empty is the agent's default, debian:bookworm-compute; "
+          "kube: a container image, required unless every CreateSandbox names one).",
           &sandbox_image, 0, 0 },
         { "agent-timeout-ms", "COMPUTE_AGENT_TIMEOUT_MS", CS_OPT_INT, "30000",
           "Deadline of each unary call to a node agent.", &agent_timeout_ms, 100, 600000 },

@@ -51,9 +51,9 @@ static const cs_option options[] = {
           &state_dir, 0, 0 },
         { "images-dir", "COMPUTE_IMAGES_DIR", CS_OPT_STRING, "",
           "Directory of image root filesystems: image NAME is the directory NAME in it "
-          "(default: STATE_DIR/images). The image \"host\" (or none) is the host's root, "
-          "read-only. `compute-nodeagent image import` adds OCI layouts and docker save "
-          "tarballs.",
+          "(default: STATE_DIR/images). A sandbox that names no image gets "
+          "debian:bookworm-compute (scripts/run builds it); `compute-nodeagent image import` "
+          "adds OCI layouts and docker save tarballs.",
           &images_dir, 0, 0 },
         { "runsc", "COMPUTE_RUNSC", CS_OPT_STRING, "runsc", "The runsc binary.", &runsc_path, 0,
           0 },

@@ -21,8 +21,8 @@ typedef enum rt_state {
 typedef struct rt_sandbox_spec {
         const char *container_id;
         const char *bundle_dir;    /* created by the caller; the backend writes config.json */
-        const char *rootfs;        /* host directory ("/": the host's root); read-only, writes
-                                      kept in memory */
+        const char *rootfs;        /* the image's directory, never written: the sandbox's
+                                      writes to its root are kept in its memory */
         const char *workspace_dir; /* host directory bind-mounted read-write at mount_path */
         const char *mount_path;
         const char *cgroup_path; /* linux.cgroupsPath */
@@ -71,8 +71,9 @@ typedef struct runtime runtime;
 
 typedef struct runtime_ops {
         const char *name;
-        /* Writes the bundle and starts the container detached; returns once it is started. */
-        int (*create)(runtime *rt, const rt_sandbox_spec *spec, cs_error **err);
+        /* Writes the bundle and starts the container detached; returns once it is running,
+         * with its host pid in *ret_pid (the sandbox's, as state reports it). */
+        int (*create)(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid, cs_error **err);
         int (*state)(runtime *rt, const char *container_id, rt_state *ret, pid_t *ret_pid,
                      cs_error **err);
         /* Every container the backend knows (ids, malloc'd array of malloc'd strings). */

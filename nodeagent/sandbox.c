@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "image.h"
 #include "path.h"
 #include "usage_json.h"
 #include "util.h"
@@ -411,16 +412,23 @@ const char *sb_id(const sandbox *sb)
 
 /* --- validation ------------------------------------------------------------------------ */
 
-static bool image_name_ok(const char *s)
+/* An image is a root filesystem directory of images_dir, never a path of the host: no
+ * sandbox ever sees the host's root (docs/security.md). */
+static int image_check(sb_registry *reg, const char *image, cs_error **err)
 {
-        if (!s[0] || s[0] == '.' || strlen(s) > SB_IMAGE_MAX)
-                return false;
-        for (; *s; s++) {
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-                      (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' || *s == '-' || *s == ':'))
-                        return false;
-        }
-        return true;
+        _cleanup_free_ char *dir = NULL;
+        struct stat st;
+
+        if (!image_name_valid(image))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "image '%.64s' is not a valid image name", image);
+        dir = cs_xasprintf("%s/%s", reg->images_dir, image);
+        if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "unknown image '%s': this node has no such image (import it "
+                                    "with compute-nodeagent image import)",
+                                    image);
+        return 0;
 }
 
 static bool id_ok(const char *s)
@@ -439,19 +447,9 @@ static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "tenant_id and session_id must be 1..%d bytes", SB_ID_MAX);
         if (!out->image || !out->image[0])
-                out->image = "host";
-        if (strcmp(out->image, "host") != 0) {
-                _cleanup_free_ char *dir = NULL;
-                struct stat st;
-                if (!image_name_ok(out->image))
-                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                            "image '%.64s' is not a valid image name", out->image);
-                dir = cs_xasprintf("%s/%s", reg->images_dir, out->image);
-                if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                            "unknown image '%s' (no rootfs directory %s)",
-                                            out->image, dir);
-        }
+                out->image = SB_DEFAULT_IMAGE;
+        if (image_check(reg, out->image, err) < 0)
+                return -1;
         if (!out->mount_path || !out->mount_path[0])
                 out->mount_path = SB_DEFAULT_MOUNT_PATH;
         if (cs_mount_path_check(out->mount_path, err) < 0)
@@ -500,14 +498,12 @@ static void *starter_main(void *arg)
         rt_sandbox_spec spec;
         _cleanup_free_ char *rootfs = NULL;
         cs_error *err = NULL;
-        rt_state state = RT_ABSENT;
         pid_t pid = 0;
         bool gone;
         int r;
 
         free(st);
-        rootfs = strcmp(sb->image, "host") == 0 ? cs_xstrdup("/")
-                                                : cs_xasprintf("%s/%s", reg->images_dir, sb->image);
+        rootfs = cs_xasprintf("%s/%s", reg->images_dir, sb->image);
         spec = (rt_sandbox_spec){ .container_id = sb->container_id,
                                   .bundle_dir = sb->bundle_dir,
                                   .rootfs = rootfs,
@@ -517,12 +513,7 @@ static void *starter_main(void *arg)
                                   .hostname = "sandbox",
                                   .cpu_millis = sb->cpu_millis,
                                   .memory_bytes = sb->memory_bytes };
-        r = reg->rt->ops->create(reg->rt, &spec, &err);
-        if (r == 0)
-                r = reg->rt->ops->state(reg->rt, sb->container_id, &state, &pid, &err);
-        if (r == 0 && state != RT_RUNNING)
-                r = cs_error_set(&err, GRPC_STATUS_INTERNAL,
-                                 "container is not running after start");
+        r = reg->rt->ops->create(reg->rt, &spec, &pid, &err);
 
         pthread_mutex_lock(&reg->lock);
         gone = sb->status == SB_DESTROYED || sb->destroying;
@@ -1258,11 +1249,23 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
                 return;
         if (reg->rt->ops->state(reg->rt, sb->container_id, &st, &pid, &err) < 0) {
                 reg_log(reg, true, sb->id, "cannot query the container: %s", err->msg);
-                cs_error_free(err);
+                cs_error_freep(&err);
         }
         kill_leftover_execs(reg, sb, st == RT_RUNNING);
         if (sb->status == SB_FAILED)
                 return;
+        if (st == RT_RUNNING && image_check(reg, sb->image, &err) < 0) {
+                /* E.g. a sandbox of an older agent whose image was the host's root: it must
+                 * not go on seeing the host. */
+                reg_log(reg, true, sb->id, "stopping a sandbox found running: %s", err->msg);
+                set_failed_locked(reg, sb, "its image is not an image of this node: stopped");
+                cs_error_freep(&err);
+                if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
+                        reg_log(reg, true, sb->id, "cannot destroy it: %s", err->msg);
+                        cs_error_free(err);
+                }
+                return;
+        }
         if (st == RT_RUNNING) {
                 sb->status = SB_READY;
                 sb->host_pid = pid;

@@ -30,7 +30,6 @@ typedef enum sb_status {
 
 /* Caps on what a client controls. */
 #define SB_ID_MAX         128 /* tenant_id, session_id */
-#define SB_IMAGE_MAX      255
 #define SB_MIN_MEMORY     (64ull << 20)
 #define SB_MAX_MEMORY     (64ull << 30)
 #define SB_MIN_CPU_MILLIS 50
@@ -41,10 +40,12 @@ typedef enum sb_status {
 #define SB_DEFAULT_MEMORY         (1ull << 30)
 #define SB_DEFAULT_MAX_RUNTIME_MS (15ll * 60 * 1000)
 #define SB_DEFAULT_MOUNT_PATH     "/workspace"
+/* The image of a sandbox whose spec names none: the Debian image scripts/lib.sh builds. */
+#define SB_DEFAULT_IMAGE "debian:bookworm-compute"
 
 typedef struct sb_spec {
         const char *id, *tenant_id, *session_id;
-        const char *image;      /* "" or "host": the host's root, read-only */
+        const char *image;      /* a directory of images_dir; "": SB_DEFAULT_IMAGE */
         const char *mount_path; /* "": SB_DEFAULT_MOUNT_PATH */
         uint32_t cpu_millis;    /* 0: default */
         uint64_t memory_bytes;  /* 0: default */

@@ -1,8 +1,10 @@
 """The kube mode's whole stack on one machine, for the end-to-end tests: the test API server
 (tests/kube/apiserver.py), one simulated node per node name (tests/kube/kubelet_sim.py: the
 scheduler, the PVC binder and a kubelet starting real runsc pods the way containerd's shim
-does), a real compute-nodeagent in kube mode per node (reading that node's runsc root), and
-real compute-frontends with --scheduler kube.
+does, each container's root the directory of its image in the images directory, as the local
+mode's: $COMPUTE_TEST_IMAGES_DIR/debian:bookworm-compute by default), a real compute-nodeagent
+in kube mode per node (reading that node's runsc root), and real compute-frontends with
+--scheduler kube.
 
 The node agents are what the DaemonSet would run; their pods are registered in the API server
 the way the DaemonSet controller and the kubelet would leave them (labelled, bound to their
@@ -23,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "kube"))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
-from agent_fixture import AgentProcess  # noqa: E402
+from agent_fixture import DEFAULT_IMAGE, IMAGES_DIR, AgentProcess  # noqa: E402
 from apiserver import ApiServer  # noqa: E402
 from cri import remove_cgroup  # noqa: E402
 from frontend_fixture import FrontendProcess  # noqa: E402
@@ -32,6 +34,7 @@ from kubelet_sim import KubeletSim  # noqa: E402
 SANDBOX_NS = "compute-sandboxes"
 AGENT_NS = "compute-system"
 AGENT_LABEL = ("app.kubernetes.io/name", "compute-node-agent")
+SANDBOX_IMAGE = DEFAULT_IMAGE  # the frontends' --sandbox-image
 
 
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -60,7 +63,8 @@ class Node:
         self.cgroup_prefix = f"/compute-test-kube-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.kubelet = KubeletSim(kubeconfig=stack.api.kubeconfig_path, node_name=name,
                                   state_dir=os.path.join(self.dir, "k"),
-                                  runsc_root=self.runsc_root, cgroup_prefix=self.cgroup_prefix)
+                                  runsc_root=self.runsc_root, cgroup_prefix=self.cgroup_prefix,
+                                  images_dir=stack.images_dir)
         self.kubelet.start()
         self.agent = None
         tls = stack.tls_dir
@@ -116,14 +120,15 @@ class KubeFrontend(FrontendProcess):
         tls = self.stack.tls_dir
         return ["--scheduler", "kube", "--kubeconfig", self.stack.api.kubeconfig_path,
                 "--sandbox-namespace", SANDBOX_NS, "--agent-namespace", AGENT_NS,
-                "--sandbox-image", "debian:bookworm", "--log-level", "debug",
+                "--sandbox-image", SANDBOX_IMAGE, "--log-level", "debug",
                 "--agent-tls-ca", f"{tls}/ca.crt", "--agent-tls-cert", f"{tls}/frontend.crt",
                 "--agent-tls-key", f"{tls}/frontend.key"] + self.extra
 
 
 class KubeStack:
-    def __init__(self, build_dir, nodes=("node-1",)):
+    def __init__(self, build_dir, nodes=("node-1",), images_dir=IMAGES_DIR):
         self.build_dir = build_dir
+        self.images_dir = images_dir  # the nodes' images: <images_dir>/<image> is its root
         self.dir = tempfile.mkdtemp(prefix="csk-stack-", dir="/tmp")
         self.api = ApiServer(os.path.join(self.dir, "api")).start()
         self.nodes, self.frontends = [], []
@@ -149,6 +154,20 @@ class KubeStack:
             if pods and pods[0]["spec"].get("nodeName") == n.name:
                 return n
         return None
+
+    def pod_of(self, sandbox_id):
+        """The sandbox's pod object (None when there is none)."""
+        pods = self.api.list("pods", SANDBOX_NS,
+                             label_selector="compute.paper-board.io/sandbox-id=" + sandbox_id)
+        return pods[0] if pods else None
+
+    def workspace_dir(self, sandbox_id):
+        """The host directory of a sandbox's workspace: its PVC's volume on its node."""
+        pod = self.pod_of(sandbox_id)
+        claim = next(v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+                     if "persistentVolumeClaim" in v)
+        pvc = self.api.get("persistentvolumeclaims", SANDBOX_NS, claim)
+        return self.node_of(sandbox_id).kubelet.volume_dir(pvc)
 
     def close(self):
         """Stops everything; returns (ok, report) where report holds the logs of anything that

@@ -3,14 +3,16 @@
 node agents in kube mode, driven by Debian's python3-grpcio.
 
 KubeFrontendTest runs every test of the local mode's e2e suite (test_frontend.FrontendTest)
-against this stack; KubeObjectsTest checks what lands in the API server; KubeFaultTest breaks
-things: API faults (500, 429, latency, dropped watches, 410 Gone), a restarted API server,
-frontend and agent restarts, two frontends creating for the same session, the GC run twice
-at once.
+against this stack; KubeObjectsTest checks what lands in the API server, and an image the node
+does not have; KubeIsolationTest checks that a sandbox sees its image and its own workspace,
+and nothing of the node or of another tenant (canary files); KubeFaultTest breaks things: API
+faults (500, 429, latency, dropped watches, 410 Gone), a restarted API server, frontend and
+agent restarts, two frontends creating for the same session, the GC run twice at once.
 
 Usage: test_kube_e2e.py BUILD_DIR [unittest args]"""
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,7 +26,7 @@ import grpc
 import test_frontend as tf
 from agent_client import code_of
 from compute_client import Compute
-from kube_stack import SANDBOX_NS, KubeStack
+from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
 
 BUILD_DIR = sys.argv[1]
 ANN = "compute.paper-board.io/"
@@ -107,7 +109,8 @@ class KubeObjectsTest(unittest.TestCase):
     def test_pod_and_pvc(self):
         c, api = self.c, self.stack.api
         tenant, session = new_session()
-        r = c.create(tenant, session, limits=c.pb.ResourceLimits(
+        # The request's image (the node has it) over --sandbox-image.
+        r = c.create(tenant, session, image=SANDBOX_IMAGE, limits=c.pb.ResourceLimits(
             cpu_millis=500, memory_bytes=256 << 20, max_runtime={"seconds": 600}),
             workspace=c.pb.WorkspaceSpec(size="2Gi", mount_path="/work"))
         pod = api.get("pods", SANDBOX_NS, pod_name(tenant, session))
@@ -121,7 +124,7 @@ class KubeObjectsTest(unittest.TestCase):
         self.assertIs(spec["automountServiceAccountToken"], False)
         self.assertEqual(spec["activeDeadlineSeconds"], 600)
         (ctr,) = spec["containers"]
-        self.assertEqual(ctr["image"], "registry.example/img:1")  # the last flag wins
+        self.assertEqual(ctr["image"], SANDBOX_IMAGE)
         self.assertEqual(ctr["resources"]["limits"]["cpu"], "500m")
         self.assertEqual(ctr["volumeMounts"][0]["mountPath"], "/work")
         claim = spec["volumes"][0]["persistentVolumeClaim"]["claimName"]
@@ -152,10 +155,42 @@ class KubeObjectsTest(unittest.TestCase):
         self.assertIn(claim, "".join(outs))
         self.assertEqual(code_of(c.describe, r.sandbox_id), grpc.StatusCode.NOT_FOUND)
 
+    def test_image_not_on_the_node(self):
+        # --sandbox-image (the last one wins) names an image no node has: the pod stays
+        # Pending, its container Waiting with ErrImagePull / ImagePullBackOff as a kubelet
+        # reports a failed pull; the sandbox stays STARTING, a call on it ends at its
+        # deadline, and a destroy still works.
+        c, api = self.c, self.stack.api
+        tenant, session = new_session()
+        sid = c.create(tenant, session).sandbox_id
+        name = pod_name(tenant, session)
+        self.assertEqual(api.get("pods", SANDBOX_NS, name)["spec"]["containers"][0]["image"],
+                         "registry.example/img:1")
+        deadline = time.monotonic() + 30
+        while True:
+            st = api.get("pods", SANDBOX_NS, name).get("status") or {}
+            waiting = ((st.get("containerStatuses") or [{}])[0].get("state") or {}).get(
+                "waiting") or {}
+            if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                break
+            self.assertLess(time.monotonic(), deadline, f"no pull failure reported: {st}")
+            time.sleep(0.2)
+        self.assertEqual(st["phase"], "Pending")
+        self.assertIn("registry.example/img:1", waiting.get("message", ""))
+        self.assertEqual(c.describe(sid).status, c.pb.SANDBOX_STATUS_STARTING)
+        self.assertEqual(code_of(c.exec, sid, "true", rpc_timeout=3),
+                         grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertEqual([n.name for n in self.stack.nodes if n.kubelet.running_pods()], [])
+        c.destroy(sid)
+        deadline = time.monotonic() + 30
+        while api.get("pods", SANDBOX_NS, name) is not None:
+            self.assertLess(time.monotonic(), deadline, "pod never deleted")
+            time.sleep(0.2)
+
     def test_max_runtime_is_the_pod_deadline(self):
         c = self.c
         tenant, session = new_session()
-        sid = c.create(tenant, session,
+        sid = c.create(tenant, session, image=SANDBOX_IMAGE,
                        limits=c.pb.ResourceLimits(max_runtime={"seconds": 3})).sandbox_id
         self.assertEqual(c.exec(sid, "echo", "up")[0], b"up\n")
         deadline = time.monotonic() + 60
@@ -166,6 +201,143 @@ class KubeObjectsTest(unittest.TestCase):
         self.assertEqual(pod["status"].get("reason"), "DeadlineExceeded")
         self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
         c.destroy(sid)
+
+
+class KubeIsolationTest(unittest.TestCase):
+    """A sandbox sees its image (under a memory overlay), its own workspace and what gVisor
+    synthesises; nothing of the node nor of another tenant. Canary files with random secrets
+    are planted on the node: the simulated kubelet's state directory (where the pods'
+    volumes and bundles are), the other tenant's workspace (from inside it, and from the
+    host), /root, /etc, /var/tmp and the images directory; sandbox A must not read them by
+    their paths nor find any secret anywhere in its filesystem."""
+
+    @classmethod
+    def setUpClass(cls):
+        def setup(cls):
+            cls.fe = cls.stack.frontend()
+            cls.c = Compute(BUILD_DIR, cls.fe.address)
+            cls.a = cls.c.create("tenant-a-" + uuid.uuid4().hex[:6], "sa").sandbox_id
+            cls.b = cls.c.create("tenant-b-" + uuid.uuid4().hex[:6], "sb").sandbox_id
+            cls.plant_canaries()
+        cls.canaries = {}  # host path -> secret
+        try:
+            stack_for(cls, setup)
+        except BaseException:
+            cls.remove_canaries()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.remove_canaries()
+        cls.c.close()
+        ok, report = cls.stack.close()
+        if not ok:
+            raise AssertionError(report)
+
+    @classmethod
+    def remove_canaries(cls):
+        for path in cls.canaries:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    @classmethod
+    def plant_canaries(cls):
+        c = cls.c
+        # B writes a secret from inside its workspace, as a tenant would.
+        b_secret = "canary-" + uuid.uuid4().hex
+        _, err, done, _ = c.exec(cls.b, "sh", "-c", f"echo {b_secret} > /workspace/secret.txt")
+        assert done.exit_code == 0, err
+        c.exec(cls.a, "true")  # both READY
+        cls.node = cls.stack.node_of(cls.b)
+        b_ws = cls.stack.workspace_dir(cls.b)
+        cls.canaries[os.path.join(b_ws, "secret.txt")] = b_secret
+        b_app = cls.stack.pod_of(cls.b)["status"]["containerStatuses"][0]["containerID"]
+        b_bundle = os.path.join(cls.node.kubelet.cri.state_dir, "bundles",
+                                b_app[len("containerd://"):])
+        for d in (cls.node.kubelet.state_dir, b_ws, b_bundle, "/root", "/etc", "/var/tmp",
+                  cls.stack.images_dir):
+            secret = "canary-" + uuid.uuid4().hex
+            path = os.path.join(d, f"cs-canary-{uuid.uuid4().hex[:8]}")
+            cls.canaries[path] = secret
+            with open(path, "w") as f:
+                f.write(secret + "\n")
+        # The node agent's TLS key: one line of it as a secret (it must not be in reach).
+        key = os.path.join(cls.stack.tls_dir, "agent.key")
+        with open(key) as f:
+            cls.key_line = f.read().splitlines()[1]
+        cls.key_path = key
+
+    def sh(self, sid, script, timeout_s=0):
+        out, err, done, _ = self.c.exec(sid, "sh", "-c", script, timeout_s=timeout_s)
+        return done.exit_code, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def test_canaries_unreadable_by_their_paths(self):
+        for path, secret in list(self.canaries.items()) + [(self.key_path, self.key_line)]:
+            code, out, _ = self.sh(self.a, f"cat '{path}'")
+            self.assertNotEqual(code, 0, f"{path} is readable in sandbox A")
+            self.assertNotIn(secret, out)
+
+    def test_secrets_nowhere_in_its_filesystem(self):
+        # Every file of A's view but the synthetic trees (its /proc holds grep's own
+        # command line). grep exits 1 when nothing matches.
+        pats = " ".join(f"-e '{s}'" for s in list(self.canaries.values()) + [self.key_line])
+        t0 = time.monotonic()
+        code, out, err = self.sh(
+            self.a, f"grep -rlF {pats} / --exclude-dir=proc --exclude-dir=sys "
+            "--exclude-dir=dev 2>/dev/null; echo rc=$?", timeout_s=120)
+        self.assertEqual(code, 0, err)
+        self.assertIn("rc=1", out, f"a secret was found in sandbox A: {out}")
+        print(f"grep -r / in the sandbox: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+
+    def test_node_paths_absent(self):
+        n = self.node
+        for path in (n.dir, n.kubelet.state_dir, n.runsc_root, self.stack.dir,
+                     self.stack.images_dir, self.stack.workspace_dir(self.b), BUILD_DIR,
+                     "/usr/bin/runsc"):
+            code, _, _ = self.sh(self.a, f"test -e '{path}'")
+            self.assertEqual(code, 1, f"{path} exists in sandbox A")
+        code, out, _ = self.sh(self.a, "cat /proc/self/mountinfo")
+        self.assertEqual(code, 0)
+        self.assertNotIn(self.stack.images_dir, out)
+
+    def test_root_is_the_image(self):
+        code, out, err = self.sh(self.a, "cat /etc/os-release")
+        self.assertEqual(code, 0, err)
+        image = os.path.join(self.stack.images_dir, SANDBOX_IMAGE)
+        with open(os.path.join(image, "etc", "os-release")) as f:
+            self.assertEqual(out, f.read())
+        self.assertIn('VERSION_ID="12"', out)
+        self.assertIn("VERSION_CODENAME=bookworm", out)
+        code, out, err = self.sh(self.a, "ls -la / && ls -la /etc/os-release /usr/bin")
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"(?m)^d\S+\s+\d+\s+root\s+root\s.*\susr$")
+
+    def test_root_writable_in_memory_image_untouched(self):
+        marker = "w-" + uuid.uuid4().hex[:8]
+        code, out, err = self.sh(
+            self.a, f"echo t > /tmp/{marker} && echo e > /etc/{marker} && "
+            f"echo h > ~/{marker} && cat /tmp/{marker} /etc/{marker} ~/{marker}")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out, "t\ne\nh\n")
+        image = os.path.join(self.stack.images_dir, SANDBOX_IMAGE)
+        for d in ("tmp", "etc", "root"):
+            self.assertFalse(os.path.exists(os.path.join(image, d, marker)), d)
+        # Not on the node at all, nor in the other sandbox of the same image.
+        for d in (self.node.dir, "/tmp", "/etc"):
+            found = subprocess.run(["find", d, "-xdev", "-name", marker], capture_output=True,
+                                   text=True).stdout
+            self.assertEqual(found, "", f"sandbox A's write is on the node: {found}")
+        code, _, _ = self.sh(self.b, f"test -e /etc/{marker} || test -e /tmp/{marker}")
+        self.assertEqual(code, 1)
+
+    def test_workspaces_are_their_own(self):
+        code, out, err = self.sh(self.a, "ls -A /workspace; test -e /workspace/secret.txt")
+        self.assertEqual(code, 1, out + err)
+        self.assertEqual(self.c.read(self.b, "secret.txt").data,
+                         (self.canaries[os.path.join(self.stack.workspace_dir(self.b),
+                                                     "secret.txt")] + "\n").encode())
 
 
 class KubeFaultTest(unittest.TestCase):

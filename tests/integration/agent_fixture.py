@@ -17,6 +17,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cri import remove_cgroup  # noqa: E402
 
 
+# The images directory of the tests' agents (ctest's fixture.default_image builds the default
+# image, debian:bookworm-compute, there once; tests/CMakeLists.txt).
+IMAGES_DIR = os.environ.get("COMPUTE_TEST_IMAGES_DIR", "/var/lib/compute/images")
+DEFAULT_IMAGE = "debian:bookworm-compute"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,7 +55,9 @@ class AgentProcess:
             [os.path.join(self.build_dir, "bin", "compute-nodeagent"),
              "--listen", self.address, "--state-dir", os.path.join(self.state, "state"),
              "--cgroup-parent", self.cgroup_parent, "--sample-interval-ms", "200",
-             "--shutdown-grace-ms", "3000", "--log-level", "debug"] + self.extra,
+             "--shutdown-grace-ms", "3000", "--log-level", "debug"]
+            + ([] if "--images-dir" in self.extra else ["--images-dir", IMAGES_DIR])
+            + self.extra,
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 30

@@ -15,7 +15,7 @@ import uuid
 import grpc
 
 from agent_client import code_of
-from agent_fixture import AgentProcess
+from agent_fixture import DEFAULT_IMAGE, IMAGES_DIR, AgentProcess
 
 BUILD_DIR = sys.argv[1]
 MIB = 1024 * 1024
@@ -458,6 +458,28 @@ class AgentLifecycleTest(unittest.TestCase):
         self.assertNotIn(stray, listed)
         self.assertIn(f"{stray} has no sandbox record", self.agent.log())
 
+    def test_restart_stops_a_sandbox_of_the_hosts_root(self):
+        """An older agent ran sandboxes whose image was the host's root ("host"): found
+        running at a restart, such a sandbox is stopped, not served."""
+        import json
+        c = self.c
+        sid = self.agent.new_sandbox()
+        self.agent.stop()
+        record = os.path.join(self.agent.state, "state", "sandboxes", sid, "sandbox.json")
+        with open(record) as f:
+            doc = json.load(f)
+        doc["image"] = "host"
+        with open(record, "w") as f:
+            json.dump(doc, f)
+        self.agent.restart()
+        sb = self.agent.status(sid)
+        self.assertEqual(sb.status, c.cpb.SANDBOX_STATUS_FAILED)
+        self.assertIn("not an image of this node", sb.status_message)
+        listed = subprocess.run(["runsc", "--root", self.agent.runsc_root, "list", "-quiet"],
+                                capture_output=True, text=True).stdout.split()
+        self.assertNotIn("cs-" + sid, listed)
+        self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
+
     def make_stray_container(self):
         bundle = os.path.join(self.agent.state, "stray")
         os.makedirs(bundle)
@@ -465,7 +487,7 @@ class AgentLifecycleTest(unittest.TestCase):
         import json
         with open(os.path.join(bundle, "config.json")) as f:
             config = json.load(f)
-        config["root"] = {"path": "/", "readonly": True}
+        config["root"] = {"path": os.path.join(IMAGES_DIR, DEFAULT_IMAGE), "readonly": True}
         config["process"]["terminal"] = False
         with open(os.path.join(bundle, "config.json"), "w") as f:
             json.dump(config, f)

@@ -1,7 +1,7 @@
 """The node agent in kube mode against real runsc: pods started the way containerd's runsc
 shim starts them (tests/kube/cri.py: a pause container and the app container "sandbox" in one
-gVisor sandbox, CRI annotations in the bundles), found and served by the agent through its
-gRPC service (Debian's python3-grpcio).
+gVisor sandbox, CRI annotations in the bundles, the default image's directory as the root),
+found and served by the agent through its gRPC service (Debian's python3-grpcio).
 
 Usage: test_agent_kube.py BUILD_DIR [unittest args]"""
 import os
@@ -17,7 +17,7 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
 from agent_client import code_of, collect_exec  # noqa: E402
-from agent_fixture import AgentProcess  # noqa: E402
+from agent_fixture import DEFAULT_IMAGE, IMAGES_DIR, AgentProcess  # noqa: E402
 from cri import CriRuntime  # noqa: E402
 
 BUILD_DIR = sys.argv[1]
@@ -31,7 +31,8 @@ class KubeAgentTest(unittest.TestCase):
         # Short: runsc keeps sockets under its root.
         cls.tmp = tempfile.mkdtemp(prefix="csa-", dir="/tmp")
         cls.cri = CriRuntime(os.path.join(cls.tmp, "r"), os.path.join(cls.tmp, "s"),
-                             f"/compute-test-kube-agent-{os.getpid()}/kubepods")
+                             f"/compute-test-kube-agent-{os.getpid()}/kubepods",
+                             images_dir=IMAGES_DIR)
         cls.pods = {}  # name -> (uid, pause id, app id, workspace dir)
         cls.run_pod("pod-a", cpu_millis=500, memory_bytes=256 * MIB)
         # Workspaces are directories under tmp/volumes (the kubelet's pods directory here).
@@ -56,6 +57,7 @@ class KubeAgentTest(unittest.TestCase):
         uid = str(uuid.uuid4())
         ws = os.path.join(cls.tmp, volumes, f"ws-{name}-{uid[:8]}")
         os.makedirs(ws)
+        kw.setdefault("image", DEFAULT_IMAGE)
         pause, app = cls.cri.run_pod(namespace, name, uid, mounts={"/workspace": ws}, **kw)
         cls.pods[name] = (uid, pause, app, ws)
         return uid, pause, app, ws
@@ -113,7 +115,7 @@ class KubeAgentTest(unittest.TestCase):
                          (NS, "pod-a", uid, "sandbox", "/workspace"))
         self.assertEqual((sb.cpu_millis, sb.memory_bytes), (500, 256 * MIB))
         self.assertEqual(sb.mount_path, "/workspace")
-        self.assertTrue(sb.image)
+        self.assertEqual(sb.image, "docker.io/library/" + DEFAULT_IMAGE)  # containerd's name
         self.assertLess(abs(sb.created_at.seconds - time.time()), 3600)
         # Without the uid (any pod of that name), and with the container named.
         self.assertEqual(self.get(self.ref(uid="", container_name="sandbox")).status,
@@ -146,6 +148,20 @@ class KubeAgentTest(unittest.TestCase):
         rest = list(stream)
         self.assertEqual(rest[-1].completed.exit_code, 0)
         self.assertEqual(code_of(self.exec, ""), grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_root_is_the_image(self):
+        # The image's directory under a memory overlay: writable, never written, and no
+        # file of the node (its runsc root, the kubelet's volumes) in sight.
+        marker = "m-" + uuid.uuid4().hex[:8]
+        out, err, done, _ = self.exec(
+            "sh", "-c", f"grep ^VERSION_CODENAME= /etc/os-release; echo e > /etc/{marker}; "
+            f"echo t > /tmp/{marker}; cat /etc/{marker} /tmp/{marker}; ls -la / > /dev/null && "
+            f"echo ls-ok; test -e {self.tmp} || echo no-node-dir")
+        self.assertEqual((out, done.exit_code),
+                         (b"VERSION_CODENAME=bookworm\ne\nt\nls-ok\nno-node-dir\n", 0), err)
+        image = os.path.join(IMAGES_DIR, DEFAULT_IMAGE)
+        for d in ("etc", "tmp"):
+            self.assertFalse(os.path.exists(os.path.join(image, d, marker)), d)
 
     def test_files_both_ways(self):
         ws = self.pods["pod-a"][3]

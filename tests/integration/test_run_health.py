@@ -38,6 +38,9 @@ class RunScriptTest(unittest.TestCase):
                    COMPUTE_LISTEN=f"127.0.0.1:{self.fport}",
                    COMPUTE_AGENT_LISTEN=f"127.0.0.1:{self.aport}",
                    COMPUTE_STATE_DIR=os.path.join(self.state.name, "state"),
+                   # The default image ctest's fixture built, not a second build of it.
+                   COMPUTE_IMAGES_DIR=os.environ.get("COMPUTE_TEST_IMAGES_DIR",
+                                                     "/var/lib/compute/images"),
                    COMPUTE_BUILD_DIR=BUILD_DIR)
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([os.path.join(SOURCE_DIR, "scripts", "run")], env=env,

@@ -4,6 +4,16 @@ runsc root is what the node agent finds there on a real node.
 
 What containerd (CRI plugin) + the runsc shim do for a pod, and what this module does:
 
+- Images: a real node pulls the image and containerd unpacks it into a snapshot that
+  becomes the container's rootfs. Here an image is a root filesystem directory
+  `<images_dir>/<image reference>` (images_dir: the constructor's argument, else
+  $COMPUTE_TEST_IMAGES_DIR, else /var/lib/compute/images; the reference normalized as
+  containerd does, less "docker.io/library/": "debian" is debian:latest), the same
+  directories the agent's local mode uses (the default image, debian:bookworm-compute, is
+  built by mmdebstrap: scripts/lib.sh cs_default_image). An image without its directory
+  cannot be "pulled": run_pod raises ImagePullError before anything is made, and the simulated
+  kubelet reports the container Waiting with reason ErrImagePull / ImagePullBackOff, as a
+  kubelet does. Never the host's root: a sandbox must not see the node's files.
 - RunPodSandbox: the kubelet makes the pod cgroup (cgroupfs driver:
   <kubepods>/<qos>/pod<uid>, with the pod's CPU quota and memory limit); containerd writes an
   OCI bundle for the pause container (id = the pod sandbox id, 64 hex) with the annotations
@@ -15,9 +25,9 @@ What containerd (CRI plugin) + the runsc shim do for a pod, and what this module
   This makes the runsc sandbox (one gVisor kernel for the whole pod; its host processes live
   in the pause container's cgroup, so the pod cgroup accounts for all of the pod).
   Here: the pod cgroup is made under every cgroup hierarchy with the limits (what the kubelet
-  does), the pause bundle's process is `sleep infinity` from the host root mounted read-only
-  (containerd's pause image is not on these machines), and the pause container is started with
-  create + start like the shim.
+  does), the pause bundle's process is `sleep infinity` from the pause image (containerd's
+  registry.k8s.io/pause is not on these machines; the default image has `sleep`), and the
+  pause container is started with create + start like the shim.
 - CreateContainer/StartContainer: containerd writes the app container's bundle with
       io.kubernetes.cri.container-type = "container"
       io.kubernetes.cri.sandbox-id     = <pause id>
@@ -28,32 +38,35 @@ What containerd (CRI plugin) + the runsc shim do for a pod, and what this module
   linux.cgroupsPath = "<pod cgroup>/<container id>"; the shim runs `runsc create` + `runsc
   start` with the same root, and runsc, seeing container-type "container" and the sandbox-id
   annotation, starts the container inside the pause container's sandbox instead of making a
-  new one. Here: the same, with the host root read-only as the image and the workspace
+  new one. Here: the same, with the image's directory as the root and the workspace
   directories the caller gives as the volume mounts.
+- The root: `"readonly": false` in the bundle with runsc's `--overlay2=root:memory` (what
+  the agent's local mode does, nodeagent/runtime_runsc.c): the container may write anywhere
+  in its root (/tmp, /etc, installs), the writes go to a memory overlay of its own and
+  vanish with it, and the image directory, shared by every pod, is never written.
 - Network: `--network=none` (a real node uses the CNI network namespace of the pod).
 
-Verified on this machine with the Debian runsc (0.0~20221219.0, ptrace, cgroup v1): the
-multi-container join through these annotations works: `runsc list` shows both containers
-running with the same pid (the sandbox's), `runsc exec <app id>` runs in the app container
-(its init is pid 1 there, its bind mounts are there and shared both ways with the host; the
-pause container does not see them), and every host process of the pod (sandbox, gofers) is in
-the pause container's cgroup <pod cgroup>/<pause id>; the app container's cgroup is made but
-stays empty. So usage must be read from the pod cgroup, as the agent does. Nothing had to be
-done differently from containerd. Quirks found:
-- This runsc's `list --format=json` does print each container's annotations (besides id, pid,
-  status, bundle, created, owner); the agent still reads the bundle's config.json, which every
-  version has.
+First verified with the Debian 12 runsc (0.0~20221219.0, ptrace, cgroup v1), still so with
+Debian 13's (0.0~20240729.0, systrap, directfs): the multi-container join through these
+annotations works: `runsc list` shows both containers running with the same pid (the
+sandbox's), `runsc exec <app id>` runs in the app container (its init is pid 1 there, its
+bind mounts are there and shared both ways with the host; the pause container does not see
+them), and every host process of the pod (sandbox, gofers) is in the pause container's
+cgroup <pod cgroup>/<pause id>; the app container's cgroup is made but stays empty. So usage
+must be read from the pod cgroup, as the agent does. Nothing had to be done differently from
+containerd. Quirks found:
+- runsc's `list --format=json` prints each container's annotations (besides id, pid,
+  status, bundle, created, owner); the agent still reads the bundle's config.json, which
+  every version has.
 - A container whose init exited stays in `runsc list` as "stopped" (pid -1) until deleted;
   `runsc exec` into it fails.
-- With the host root read-only (root.readonly = true), `--overlay2=root:memory` does not make
-  the root writable (/tmp is read-only inside); and coreutils `ls` of a directory of the host
-  root fails with EINVAL inside this gVisor (a statx quirk), while the workspace bind mount
-  works. Neither matters for the agent's tests, which work in the workspace.
 
 Usage (as a library):
-    cri = CriRuntime(runsc_root, state_dir, "/compute-test-x/kubepods")
+    cri = CriRuntime(runsc_root, state_dir, "/compute-test-x/kubepods")  # images_dir=...
     pause_id, app_id = cri.run_pod("ns", "pod", uid, mounts={"/workspace": host_dir},
-                                   cpu_millis=500, memory_bytes=256 << 20)
+                                   cpu_millis=500, memory_bytes=256 << 20,
+                                   image="debian:bookworm-compute")
+    cri.image_rootfs("no-such:image")   # raises ImagePullError (run_pod too)
     cri.state(app_id)       # {"id":..., "status": "running", "pid":..., "bundle":...} or None
     cri.stop_container(app_id)   # the app container's process exits (status "stopped")
     cri.stop_pod(pause_id)  # kill + delete both containers, remove the pod cgroup
@@ -61,6 +74,7 @@ Usage (as a library):
 """
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -74,6 +88,27 @@ CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
         "CAP_AUDIT_WRITE", "CAP_SETFCAP"]
 ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"]
 CGROUP_ROOT = "/sys/fs/cgroup"
+# The default image (a root filesystem directory built by mmdebstrap: scripts/lib.sh
+# cs_default_image); also the pause image.
+DEFAULT_IMAGE = "debian:bookworm-compute"
+# One path component of an image reference ("registry.example/team/img:1", "img@sha256:..").
+_IMAGE_COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:@-]*$")
+
+
+def default_images_dir():
+    return os.environ.get("COMPUTE_TEST_IMAGES_DIR") or "/var/lib/compute/images"
+
+
+def normalize_reference(image):
+    """The reference as containerd names the image (and its image-name annotation):
+    "debian:x" -> "docker.io/library/debian:x", ":latest" when no tag or digest."""
+    first, _, rest = image.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        image = ("docker.io/library/" if not rest else "docker.io/") + image
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last and "@" not in last:
+        image += ":latest"
+    return image
 
 
 def cgroup_v2():
@@ -126,12 +161,19 @@ class CriError(RuntimeError):
     pass
 
 
+class ImagePullError(CriError):
+    """The image is not on this node (a kubelet's ErrImagePull)."""
+
+
 class CriRuntime:
-    def __init__(self, runsc_root, state_dir, cgroup_prefix, runsc=RUNSC):
+    def __init__(self, runsc_root, state_dir, cgroup_prefix, runsc=RUNSC, images_dir=None,
+                 pause_image=DEFAULT_IMAGE):
         self.root = runsc_root
         self.state_dir = state_dir
         self.prefix = "/" + cgroup_prefix.strip("/")
         self.runsc = runsc
+        self.images_dir = os.path.abspath(images_dir or default_images_dir())
+        self.pause_image = pause_image
         os.makedirs(self.root, mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.state_dir, "bundles"), exist_ok=True)
         os.makedirs(os.path.join(self.state_dir, "logs"), exist_ok=True)
@@ -166,6 +208,31 @@ class CriRuntime:
         self._runsc(*flags, "create", "--bundle", bundle, cid, detached_log=log)
         self._runsc(*flags, "start", cid, detached_log=log)
 
+    # --- images ---
+
+    def image_rootfs(self, image):
+        """The root filesystem directory of an image reference: <images_dir>/<reference>,
+        the reference normalized as containerd does, less "docker.io/library/" ("debian" ->
+        debian:latest). ImagePullError if this node has no such image, or the reference is
+        not one (it could then name something else than an image directory: never the
+        host's root or anything outside images_dir)."""
+        name = normalize_reference(image or "")
+        if name.startswith("docker.io/library/"):
+            name = name[len("docker.io/library/"):]
+        parts = name.split("/")
+        if not name or len(name) > 255 or \
+                not all(_IMAGE_COMPONENT.match(c) for c in parts):
+            raise ImagePullError(f'failed to pull image "{image}": not a valid image reference')
+        base = os.path.realpath(self.images_dir)
+        path = os.path.join(self.images_dir, *parts)
+        real = os.path.realpath(path)
+        if base == "/" or not real.startswith(base + "/") or os.path.islink(path) or \
+                not os.path.isdir(path):
+            raise ImagePullError(
+                f'failed to pull and unpack image "{image}": not found: no image directory '
+                f'{path} on this node')
+        return real
+
     # --- bundles ---
 
     def _bundle(self, cid, process_args, annotations, mounts, cgroups_path, resources,
@@ -192,7 +259,9 @@ class CriRuntime:
                 "capabilities": {"bounding": CAPS, "effective": CAPS, "permitted": CAPS},
                 "noNewPrivileges": False,
             },
-            "root": {"path": image_rootfs, "readonly": True},
+            # Not read-only: runsc's --overlay2=root:memory (_create_start) then takes every
+            # write to the root into memory; image_rootfs itself is never written.
+            "root": {"path": image_rootfs, "readonly": False},
             "hostname": hostname,
             "mounts": oci_mounts,
             "annotations": annotations,
@@ -243,12 +312,15 @@ class CriRuntime:
     # --- the CRI-like API ---
 
     def run_pod(self, namespace, name, uid, mounts=None, cpu_millis=1000,
-                memory_bytes=1 << 30, image_rootfs="/", container_name="sandbox",
-                image_name="docker.io/library/debian:bookworm"):
-        """Starts the pod's pause container and its app container (container_name) in one
-        runsc sandbox. Returns (pause_id, app_id)."""
+                memory_bytes=1 << 30, image=DEFAULT_IMAGE, container_name="sandbox"):
+        """Starts the pod's pause container and its app container (container_name, whose
+        root is `image`'s directory) in one runsc sandbox. Returns (pause_id, app_id).
+        ImagePullError (nothing made) when this node has no such image."""
         if mounts is None:
             mounts = {}
+        # The images first, as the kubelet pulls before it creates anything.
+        pause_rootfs = self.image_rootfs(self.pause_image)
+        image_rootfs = self.image_rootfs(image)
         pause_id = secrets.token_hex(32)
         app_id = secrets.token_hex(32)
         pod_cgroup = f"{self.prefix}/pod{uid}"
@@ -269,13 +341,13 @@ class CriRuntime:
         try:
             pause_bundle = self._bundle(
                 pause_id, ["/bin/sleep", "infinity"], pause_ann, {},
-                f"{pod_cgroup}/{pause_id}", {"cpu": {"shares": 2}}, image_rootfs, name)
+                f"{pod_cgroup}/{pause_id}", {"cpu": {"shares": 2}}, pause_rootfs, name)
             self._create_start(pause_id, pause_bundle)
             app_ann = dict(common)
             app_ann.update({
                 "io.kubernetes.cri.container-type": "container",
                 "io.kubernetes.cri.container-name": container_name,
-                "io.kubernetes.cri.image-name": image_name,
+                "io.kubernetes.cri.image-name": normalize_reference(image),
             })
             resources = {"cpu": {"shares": max(2, cpu_millis * 1024 // 1000)}}
             if quota:

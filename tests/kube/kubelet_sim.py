@@ -14,11 +14,16 @@ the real components do, and it acts as:
   kubernetes.io/pvc-protection finalizer of a terminating PVC no running pod uses;
 - the kubelet, for the pods bound to its node with a served runtimeClassName: once every PVC
   of the pod is Bound, it starts the pod with real runsc containers through cri.py (pause +
-  app container "sandbox" with containerd's CRI annotations, the PVC directories as the
-  container's volume mounts, CPU and memory limits as the pod cgroup's), then reports status
+  app container "sandbox" with containerd's CRI annotations, the container's image as its
+  root: the directory <images dir>/<image> (--images-dir, default $COMPUTE_TEST_IMAGES_DIR or
+  /var/lib/compute/images; never the host's root), the PVC directories as the container's
+  volume mounts, CPU and memory limits as the pod cgroup's), then reports status
   through the status subresource (strategic merge patch, like the kubelet's status manager):
   phase Running, podIP, hostIP, startTime, the PodScheduled/Initialized/ContainersReady/Ready
-  conditions and containerStatuses. It enforces activeDeadlineSeconds (Failed,
+  conditions and containerStatuses. An image with no directory is a failed pull: the pod
+  stays Pending, its container Waiting with reason ErrImagePull after each attempt and
+  ImagePullBackOff between them (backing off up to 10 s), with the error as the message,
+  as a kubelet reports it. It enforces activeDeadlineSeconds (Failed,
   DeadlineExceeded), reports Succeeded/Failed when the container exits (restartPolicy Never),
   and handles graceful deletion (SIGTERM to the container, SIGKILL at the end of the grace
   period, terminal phase reported, then DELETE with gracePeriodSeconds 0 and a uid
@@ -31,7 +36,7 @@ with their status) are left alone.
 Module:  sim = KubeletSim(kubeconfig=path, node_name="node-1", state_dir=d, runsc_root=r,
                           cgroup_prefix="compute-test-x"); sim.start(); ...; sim.stop(cleanup=True)
 CLI:     /usr/bin/python3 tests/kube/kubelet_sim.py --kubeconfig K --node-name N --state-dir D
-             --runsc-root R --cgroup-prefix P        (runs until SIGTERM)
+             --runsc-root R --cgroup-prefix P [--images-dir I]   (runs until SIGTERM)
 """
 
 import argparse
@@ -56,6 +61,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apiserver import now_rfc3339, parse_rfc3339  # noqa: E402 (Kubernetes' time format)
+from cri import ImagePullError  # noqa: E402
 
 CLAIM_PROTECTION = "kubernetes.io/pvc-protection"
 PROVISIONER = "compute-test.local/hostpath"
@@ -337,14 +343,15 @@ class KubeletSim:
     def __init__(self, kubeconfig=None, node_name="node-1", state_dir=None, runsc_root=None,
                  cgroup_prefix="compute-test-kubelet", runtime_classes=("gvisor",), client=None,
                  cri=None, node_ip="127.0.0.1", schedule=True, bind_pvcs=True, verbose=False,
-                 pod_workers=8):
+                 pod_workers=8, images_dir=None):
         self.node = node_name
         self.state_dir = os.path.abspath(state_dir or tempfile.mkdtemp(prefix="kubelet-sim-"))
         os.makedirs(os.path.join(self.state_dir, "volumes"), exist_ok=True)
         self.client = client or KubeClient.from_kubeconfig(kubeconfig, "kubelet/v1.30.0 (%s)" % node_name)
         if cri is None:
             import cri as cri_mod
-            cri = cri_mod.CriRuntime(runsc_root, os.path.join(self.state_dir, "cri"), cgroup_prefix)
+            cri = cri_mod.CriRuntime(runsc_root, os.path.join(self.state_dir, "cri"), cgroup_prefix,
+                                     images_dir=images_dir)
         self.cri = cri
         self.runtime_classes = set(runtime_classes)
         self.node_ip = node_ip
@@ -672,6 +679,9 @@ class KubeletSim:
                                     "startedAt": r.started_at, "finishedAt": now_rfc3339()}
         elif r.phase == "Pending" and r.pause_id is None:
             # waiting to (re)try the start: the deadline still counts
+            if r.waiting and r.waiting[0] == "ErrImagePull":
+                r.waiting = ("ImagePullBackOff", 'Back-off pulling image "%s"' % (
+                    spec["containers"][0].get("image", "")))
             ads = spec.get("activeDeadlineSeconds")
             if ads is not None and now - parse_rfc3339(r.start_time) >= ads:
                 r.phase, r.reason = "Failed", "DeadlineExceeded"
@@ -717,8 +727,14 @@ class KubeletSim:
         try:
             r.pause_id, r.app_id = self.cri.run_pod(
                 r.ns, r.name, r.uid, mounts=mounts, cpu_millis=parse_cpu_millis(limits.get("cpu")),
-                memory_bytes=parse_bytes(limits.get("memory")), image_rootfs="/",
-                container_name=container["name"], image_name=container.get("image", ""))
+                memory_bytes=parse_bytes(limits.get("memory")), image=container.get("image", ""),
+                container_name=container["name"])
+        except ImagePullError as e:
+            r.start_failures += 1
+            r.waiting = ("ErrImagePull", str(e)[:500])
+            r.next_start = time.time() + min(10.0, 0.5 * 2 ** r.start_failures)
+            self._log("%s/%s: %s" % (r.ns, r.name, e))
+            return
         except Exception as e:
             r.start_failures += 1
             r.waiting = ("CreateContainerError", str(e)[:500])
@@ -900,6 +916,9 @@ def main(argv=None):
     ap.add_argument("--state-dir", required=True)
     ap.add_argument("--runsc-root", required=True)
     ap.add_argument("--cgroup-prefix", required=True)
+    ap.add_argument("--images-dir", default=None,
+                    help="where each image is a root filesystem directory <images-dir>/<image> "
+                    "(default $COMPUTE_TEST_IMAGES_DIR or /var/lib/compute/images)")
     ap.add_argument("--runtime-class", action="append", default=None,
                     help="runtimeClassName served (repeatable; default gvisor)")
     ap.add_argument("--node-ip", default="127.0.0.1")
@@ -913,7 +932,7 @@ def main(argv=None):
                      runsc_root=args.runsc_root, cgroup_prefix=args.cgroup_prefix,
                      runtime_classes=args.runtime_class or ["gvisor"], node_ip=args.node_ip,
                      schedule=not args.no_schedule, bind_pvcs=not args.no_pvc_binder,
-                     verbose=args.verbose)
+                     verbose=args.verbose, images_dir=args.images_dir)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: done.set())
     signal.signal(signal.SIGINT, lambda *a: done.set())

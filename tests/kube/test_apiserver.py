@@ -133,7 +133,7 @@ class Watch:
 def pod_body(name, labels=None, node=None, **spec):
     body = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": labels or {}},
-            "spec": {"containers": [{"name": "sandbox", "image": "debian:bookworm",
+            "spec": {"containers": [{"name": "sandbox", "image": "debian:bookworm-compute",
                                      "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}}],
                      "restartPolicy": "Never", "terminationGracePeriodSeconds": 5}}
     if node:
@@ -820,6 +820,18 @@ class KubeletSimTest(unittest.TestCase):
         self.runsc("exec", app_id, "/bin/sh", "-c", "echo inside > /workspace/from-sandbox")
         with open(os.path.join(host_dir, "from-sandbox")) as f:
             self.assertEqual(f.read(), "inside\n")
+        # the root is the image's directory, writable into memory only; never the host's
+        image_dir = self.sim.cri.image_rootfs("debian:bookworm-compute")
+        marker = "m-" + uuid.uuid4().hex[:8]
+        r = self.runsc("exec", app_id, "/bin/sh", "-c",
+                       "grep VERSION_CODENAME /etc/os-release; echo x > /etc/%s; "
+                       "echo y > /tmp/%s; cat /etc/%s /tmp/%s; ls -la / >/dev/null && echo ls-ok; "
+                       "test -e %s || echo no-node-dir" % (marker, marker, marker, marker,
+                                                           self.sim.state_dir))
+        self.assertEqual(r.stdout, "VERSION_CODENAME=bookworm\nx\ny\nls-ok\nno-node-dir\n",
+                         r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(image_dir, "etc", marker)))
+        self.assertFalse(os.path.exists(os.path.join(image_dir, "tmp", marker)))
         # the bundle carries containerd's annotations
         state = json.loads(self.runsc("state", app_id).stdout)
         with open(os.path.join(state["bundle"], "config.json")) as f:
@@ -835,6 +847,38 @@ class KubeletSimTest(unittest.TestCase):
         self.wait(lambda: self.srv.get("pods", self.ns, "sbx-1") is None, what="pod deleted")
         listed = json.loads(self.runsc("list", "--format=json").stdout or "[]") or []
         self.assertEqual([c for c in listed if c["id"] == app_id], [])
+
+    def test_image_pull_failure(self):
+        # An image this node does not have (or a reference that would name something else
+        # than an image directory: never the host's root): Pending, the container Waiting
+        # with ErrImagePull, then ImagePullBackOff, and nothing started.
+        import cri
+        for ref in ("/", "..", "../../..", "debian:bookworm-compute/../..", "no-such-image:1"):
+            with self.assertRaises(cri.ImagePullError, msg=ref):
+                self.sim.cri.image_rootfs(ref)
+        self.assertEqual(self.sim.cri.image_rootfs("docker.io/library/debian:bookworm-compute"),
+                         self.sim.cri.image_rootfs("debian:bookworm-compute"))
+        body = pod_body("nopull", runtimeClassName="gvisor")
+        body["spec"]["containers"][0]["image"] = "registry.example/no-such-image:1"
+        code, _, _ = self.c.request("POST", self.base + "/pods", body)
+        self.assertEqual(code, 201)
+        reasons = set()
+
+        def waiting():
+            p = self.srv.get("pods", self.ns, "nopull")
+            st = p["status"]
+            w = (st.get("containerStatuses") or [{}])[0].get("state", {}).get("waiting") or {}
+            if w.get("reason"):
+                reasons.add(w["reason"])
+                self.assertEqual(st["phase"], "Pending")
+                self.assertIn("registry.example/no-such-image:1", w.get("message", ""))
+            return reasons >= {"ErrImagePull", "ImagePullBackOff"}
+        self.wait(waiting, what="ErrImagePull then ImagePullBackOff")
+        self.assertEqual(reasons, {"ErrImagePull", "ImagePullBackOff"})
+        self.assertEqual(self.sim.running_pods(), [])
+        self.assertEqual(json.loads(self.runsc("list", "--format=json").stdout or "[]") or [], [])
+        code, _, _ = self.c.request("DELETE", self.base + "/pods/nopull")
+        self.wait(lambda: self.srv.get("pods", self.ns, "nopull") is None, what="deleted")
 
     def test_container_exit(self):
         for name, sig, phase, code in (("ok", "TERM", "Succeeded", 0), ("killed", "KILL", "Failed", 137)):
