@@ -685,6 +685,12 @@ int ws_writev(const ws_root *root, const char *path, const struct iovec *iov, si
                                     WS_DATA_MAX);
         if (ws_path_clean(path, root->mount_path, &rel, err) < 0)
                 return -1;
+        /* "newdir/" names a directory: cleaning would drop the '/' and make a file "newdir". */
+        if (rel[0] && path[strlen(path) - 1] == '/')
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "path '%s' ends with '/': WriteFile writes a file, not a "
+                                    "directory",
+                                    path);
         for (int attempt = 0;; attempt++) {
                 r = write_once(root, path, rel, &data, append, mode, err);
                 if (r != WRITE_RETRY)

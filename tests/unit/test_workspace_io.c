@@ -678,6 +678,13 @@ static void test_write_errors(void **state)
         EXPECT_CODE(wr_str(f, "", "x", false, &err_), GRPC_STATUS_FAILED_PRECONDITION);
         EXPECT_CODE(wr_str(f, ".", "x", true, &err_), GRPC_STATUS_FAILED_PRECONDITION);
         EXPECT_CODE(wr_str(f, "/workspace/", "x", false, &err_), GRPC_STATUS_FAILED_PRECONDITION);
+        /* A trailing '/' names a directory: never a file of that name. */
+        EXPECT_CODE_MSG(wr_str(f, "newdir/", "x", false, &err_), GRPC_STATUS_INVALID_ARGUMENT,
+                        "ends with '/'");
+        EXPECT_CODE(wr_str(f, "sub/new/", "x", true, &err_), GRPC_STATUS_INVALID_ARGUMENT);
+        EXPECT_CODE(wr_str(f, "sub/", "x", false, &err_), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_false(exists_at(f->wsfd, "newdir"));
+        assert_false(exists_at(f->wsfd, "sub/new"));
         EXPECT_CODE_MSG(wr_str(f, "file.txt/x", "x", false, &err_), GRPC_STATUS_FAILED_PRECONDITION,
                         "not a directory");
         EXPECT_CODE(ws_write(&f->root, "nodata", NULL, 5, false, 0, &written, &err_),
