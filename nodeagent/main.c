@@ -33,7 +33,7 @@ static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
 static char *pod_namespaces, *volume_root;
-static int64_t grace_s, sample_ms, max_sandboxes;
+static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
 
 #define KUBE_RUNSC_ROOT "/run/containerd/runsc/k8s.io"
 
@@ -97,6 +97,11 @@ static const cs_option options[] = {
         { "max-sandboxes", "COMPUTE_MAX_SANDBOXES", CS_OPT_INT, "64",
           "Live sandboxes this agent runs at once; more get RESOURCE_EXHAUSTED.", &max_sandboxes, 1,
           4096 },
+        { "max-processes", "COMPUTE_MAX_PROCESSES", CS_OPT_INT, "1024",
+          "Processes per user in a sandbox (RLIMIT_NPROC, enforced by gVisor): a fork past it "
+          "fails with EAGAIN and the sandbox goes on. Local mode also caps the sandbox's host "
+          "tasks (cgroup pids.max) at 4x this + 256, the node's last line. 0: no limit.",
+          &max_processes, 0, 1048576 },
         { "node-name", "COMPUTE_NODE_NAME", CS_OPT_STRING, "",
           "Name this node reports (default: the host name; in kube mode the DaemonSet sets it "
           "to the Kubernetes node name, spec.nodeName).",
@@ -183,7 +188,8 @@ static int agent_open(agent *a, cs_error **err)
                             .root = runsc_root[0] ? runsc_root : def_root,
                             .platform = runsc_platform,
                             .network = runsc_network,
-                            .create_root = !kube };
+                            .create_root = !kube,
+                            .max_processes = (uint32_t)max_processes };
         sb_config sc = { .state_dir = state_dir,
                          .images_dir = images_dir[0] ? images_dir : def_images,
                          .cgroup_parent = cgroup_parent,

@@ -97,13 +97,21 @@ struct runtime {
 };
 
 typedef struct runsc_config {
-        const char *path;     /* the runsc binary */
-        const char *root;     /* --root: runsc's state directory */
-        const char *platform; /* --platform; empty: runsc's default */
-        const char *network;  /* --network: none, sandbox or host */
-        int64_t timeout_ms;   /* for each runsc command but exec */
-        bool create_root;     /* make the root directory if missing (local mode: it is ours) */
+        const char *path;       /* the runsc binary */
+        const char *root;       /* --root: runsc's state directory */
+        const char *platform;   /* --platform; empty: runsc's default */
+        const char *network;    /* --network: none, sandbox or host */
+        int64_t timeout_ms;     /* for each runsc command but exec */
+        bool create_root;       /* make the root directory if missing (local mode: it is ours) */
+        uint32_t max_processes; /* processes per uid in a sandbox (RLIMIT_NPROC, enforced by
+                                   gVisor: a fork past it fails with EAGAIN); 0: no limit */
 } runsc_config;
+
+/* The cgroup pids.max of a sandbox whose processes are capped at n: its host tasks (the
+ * sentry's threads and the platform's stub processes, about two per sandbox process with
+ * systrap, measured; they are not given back when processes exit). A last line for the
+ * node: a sandbox that reaches it loses its sentry. 0 when n is 0. */
+#define RT_HOST_TASKS_MAX(n) ((n) ? 4 * (uint64_t)(n) + 256 : 0)
 
 runtime *runtime_runsc_new(const runsc_config *cfg, cs_error **err);
 

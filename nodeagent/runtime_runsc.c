@@ -24,6 +24,7 @@ typedef struct runsc {
         runtime rt;
         char *path, *root, *platform, *network;
         int64_t timeout_ms;
+        uint32_t max_processes;
 } runsc;
 
 #define RUNSC(r)       ((runsc *)(r))
@@ -96,7 +97,19 @@ static const char *const caps[] = { "CAP_CHOWN",
                                     "CAP_SETFCAP",
                                     NULL };
 
-static json_t *bundle_config(const rt_sandbox_spec *s)
+/* process.rlimits: RLIMIT_NPROC, which gVisor enforces per uid across the sandbox. */
+static json_t *rlimits_json(uint32_t max_processes)
+{
+        json_t *limits = json_array();
+
+        if (max_processes)
+                json_array_append_new(limits, json_pack("{s:s, s:I, s:I}", "type", "RLIMIT_NPROC",
+                                                        "hard", (json_int_t)max_processes, "soft",
+                                                        (json_int_t)max_processes));
+        return limits;
+}
+
+static json_t *bundle_config(const runsc *rs, const rt_sandbox_spec *s)
 {
         static const char *const ro_nosuid[] = { "nosuid", "noexec", "nodev", "ro", NULL };
         static const char *const nosuid[] = { "nosuid", "strictatime", "mode=755", "size=65536k",
@@ -108,10 +121,11 @@ static json_t *bundle_config(const rt_sandbox_spec *s)
         json_t *capset = json_pack("{s:o, s:o, s:o, s:o}", "bounding", strings_json(caps),
                                    "effective", strings_json(caps), "permitted", strings_json(caps),
                                    "ambient", json_array());
-        json_t *process = json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b}", "terminal", 0,
-                                    "user", "uid", 0, "gid", 0, "args", strings_json(init_args),
-                                    "env", strings_json(env), "cwd", "/", "capabilities", capset,
-                                    "noNewPrivileges", 1);
+        json_t *process =
+                json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b, s:o}", "terminal", 0,
+                          "user", "uid", 0, "gid", 0, "args", strings_json(init_args), "env",
+                          strings_json(env), "cwd", "/", "capabilities", capset, "noNewPrivileges",
+                          1, "rlimits", rlimits_json(rs->max_processes));
         json_t *mounts = json_array();
         json_t *namespaces = json_array();
         static const char *const ns[] = { "pid", "network", "ipc", "uts", "mount", NULL };
@@ -126,6 +140,10 @@ static json_t *bundle_config(const rt_sandbox_spec *s)
         resources = json_pack("{s:{s:I, s:I}, s:{s:I}}", "cpu", "quota",
                               (json_int_t)s->cpu_millis * 100, "period", (json_int_t)100000,
                               "memory", "limit", (json_int_t)s->memory_bytes);
+        if (rs->max_processes)
+                json_object_set_new(resources, "pids",
+                                    json_pack("{s:I}", "limit",
+                                              (json_int_t)RT_HOST_TASKS_MAX(rs->max_processes)));
         return json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:{s:o, s:s, s:o}}", "ociVersion",
                          "1.0.2", "process", process, "root", "path", s->rootfs, "readonly", 0,
                          "hostname", s->hostname, "mounts", mounts, "linux", "namespaces",
@@ -170,7 +188,7 @@ static int read_pid_file(const char *path, pid_t *ret, cs_error **err)
 static int runsc_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid, cs_error **err)
 {
         runsc *rs = RUNSC(rt);
-        json_t *config = bundle_config(spec);
+        json_t *config = bundle_config(rs, spec);
         _cleanup_free_ char *network = cs_xasprintf("--network=%s", rs->network);
         _cleanup_free_ char *pid_file = cs_xasprintf("%s/container.pid", spec->bundle_dir);
         int r;
@@ -311,7 +329,7 @@ void rt_containers_free(rt_container *c, size_t n)
         free(c);
 }
 
-static json_t *exec_process_json(const rt_exec_spec *spec)
+static json_t *exec_process_json(const runsc *rs, const rt_exec_spec *spec)
 {
         json_t *args = json_array(), *env = json_array();
 
@@ -319,10 +337,11 @@ static json_t *exec_process_json(const rt_exec_spec *spec)
                 json_array_append_new(args, json_string(*a));
         for (char *const *e = spec->env; *e; e++)
                 json_array_append_new(env, json_string(*e));
-        return json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:{s:o, s:o, s:o}}", "terminal", 0,
-                         "user", "uid", 0, "gid", 0, "args", args, "env", env, "cwd", spec->cwd,
+        return json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:{s:o, s:o, s:o}, s:o}", "terminal",
+                         0, "user", "uid", 0, "gid", 0, "args", args, "env", env, "cwd", spec->cwd,
                          "capabilities", "bounding", strings_json(caps), "effective",
-                         strings_json(caps), "permitted", strings_json(caps));
+                         strings_json(caps), "permitted", strings_json(caps), "rlimits",
+                         rlimits_json(rs->max_processes));
 }
 
 /* The process spec goes in a file (--process) rather than on the command line, so that no
@@ -336,7 +355,7 @@ static int runsc_exec(runtime *rt, const rt_exec_spec *spec, rt_exec *ret, cs_er
                                  .stdout_fd = spec->stdout_fd,
                                  .stderr_fd = spec->stderr_fd,
                                  .die_with_parent = true };
-        json_t *process = exec_process_json(spec);
+        json_t *process = exec_process_json(rs, spec);
         const char *argv[RUNSC_MAX_ARGS];
         int r;
 
@@ -470,6 +489,7 @@ runtime *runtime_runsc_new(const runsc_config *cfg, cs_error **err)
         rs->platform = cs_xstrdup(cfg->platform ? cfg->platform : "");
         rs->network = cs_xstrdup(cfg->network);
         rs->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
+        rs->max_processes = cfg->max_processes;
         return &rs->rt;
 }
 

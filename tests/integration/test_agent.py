@@ -363,6 +363,43 @@ class AgentTest(unittest.TestCase):
             time.sleep(0.5)
 
 
+class ProcessLimitTest(unittest.TestCase):
+    """--max-processes: a fork bomb costs the command, not the sandbox nor the node."""
+    LIMIT = 200
+
+    def setUp(self):
+        self.agent = AgentProcess(BUILD_DIR, "--max-processes", str(self.LIMIT))
+        self.c = self.agent.client
+
+    def tearDown(self):
+        rc, tail = self.agent.cleanup()
+        self.assertEqual(rc, 0, f"agent did not exit cleanly:\n{tail}")
+
+    def pids_file(self, sid, name):
+        for path in (f"/sys/fs/cgroup/pids{self.agent.cgroup_parent}/{sid}/{name}",
+                     f"/sys/fs/cgroup{self.agent.cgroup_parent}/{sid}/{name}"):
+            if os.path.exists(path):
+                with open(path) as f:
+                    return f.read().strip()
+        self.fail(f"no pids cgroup file {name} for {sid}")
+
+    def test_fork_bomb_is_contained(self):
+        sid = self.agent.new_sandbox()
+        self.assertEqual(self.pids_file(sid, "pids.max"), str(4 * self.LIMIT + 256))
+        out, err, done, _ = self.c.exec(
+            sid, "sh", "-c", "i=0; while [ $i -lt 600 ]; do sleep 60 & i=$((i+1)); done; "
+            "echo looped", timeout_s=60)
+        self.assertIn(b"fork", err.lower(), (out, err, done))
+        host_tasks = int(self.pids_file(sid, "pids.current"))
+        self.assertLessEqual(host_tasks, 4 * self.LIMIT + 256)
+        # The sandbox goes on: its processes are capped, not killed, and once they are gone
+        # commands run again.
+        self.assertEqual(self.agent.status(sid).status, self.c.cpb.SANDBOX_STATUS_READY)
+        self.c.exec(sid, "sh", "-c", "kill -9 $(pgrep -x sleep) 2>/dev/null; true")
+        out, err, done, _ = self.c.exec(sid, "echo", "still here")
+        self.assertEqual((out, done.exit_code), (b"still here\n", 0), err)
+
+
 class AgentLifecycleTest(unittest.TestCase):
     """Tests that need an agent of their own (restarts, OOM, deadlines)."""
 
