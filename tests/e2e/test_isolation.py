@@ -6,7 +6,6 @@ secrets anywhere in its own filesystem. Through the real frontend and node agent
 
 Usage: test_isolation.py BUILD_DIR [unittest args]"""
 import os
-import subprocess
 import sys
 import unittest
 import uuid
@@ -33,13 +32,22 @@ class Frontend(FrontendProcess):
 class IsolationTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.agent = AgentProcess(BUILD_DIR)
-        cls.fe = Frontend(cls.agent)
-        cls.c = Compute(BUILD_DIR, cls.fe.address)
-        cls.a = cls.c.create("tenant-a-" + uuid.uuid4().hex[:6], "sa").sandbox_id
-        cls.b = cls.c.create("tenant-b-" + uuid.uuid4().hex[:6], "sb").sandbox_id
         cls.canaries = {}  # host path -> secret
-        cls.plant_canaries()
+        cls.agent = AgentProcess(BUILD_DIR)
+        try:
+            cls.fe = Frontend(cls.agent)
+        except BaseException:
+            cls.agent.cleanup()
+            raise
+        try:
+            cls.c = Compute(BUILD_DIR, cls.fe.address)
+            cls.a = cls.c.create("tenant-a-" + uuid.uuid4().hex[:6], "sa").sandbox_id
+            cls.b = cls.c.create("tenant-b-" + uuid.uuid4().hex[:6], "sb").sandbox_id
+            cls.plant_canaries()
+        except BaseException:
+            # tearDownClass does not run after a failed setUpClass: nothing may stay behind.
+            cls.tearDownClass()
+            raise
 
     @classmethod
     def tearDownClass(cls):
@@ -48,7 +56,8 @@ class IsolationTest(unittest.TestCase):
                 os.unlink(path)
             except OSError:
                 pass
-        cls.c.close()
+        if hasattr(cls, "c"):
+            cls.c.close()
         rc = cls.fe.stop()
         log = cls.fe.log()
         os.unlink(cls.fe.log_path)
