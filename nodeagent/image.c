@@ -304,12 +304,7 @@ int image_list(const char *images_dir, image_info **ret_infos, size_t *ret_n, cs
                     fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
                     !S_ISDIR(st.st_mode))
                         continue;
-                if (n == cap) {
-                        cap = cap ? 2 * cap : 16;
-                        infos = realloc(infos, cap * sizeof(*infos));
-                        if (!infos)
-                                abort();
-                }
+                infos = cs_xgrow(infos, n, &cap, sizeof(*infos));
                 infos[n++] = (image_info){ .name = cs_xstrdup(de->d_name),
                                            .imported_at_ms = (int64_t)st.st_ctim.tv_sec * 1000 +
                                                              st.st_ctim.tv_nsec / 1000000 };

@@ -125,6 +125,23 @@ static int entry_errno(const image_layer_importer *im, const char *raw, int errn
         return cs_error_errno(err, errnum, "%s: entry '%s': %s", im->label, name, what);
 }
 
+/* An entry's path as it stands in the layer (*ret_raw, for messages) and cleaned by the path
+ * rules (*ret_path, malloc'd). */
+static int entry_path(const image_layer_importer *im, struct archive_entry *e, const char **ret_raw,
+                      char **ret_path, cs_error **err)
+{
+        const char *raw = archive_entry_pathname(e), *why;
+
+        if (!raw)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "%s: an entry has no usable name", im->label);
+        why = image_layer_path_clean(raw, ret_path);
+        if (why)
+                return entry_error(im, raw, GRPC_STATUS_INVALID_ARGUMENT, err, "its path %s", why);
+        *ret_raw = raw;
+        return 0;
+}
+
 /* What a failed resolution of an entry's path (what: "its path", "its link target") means. */
 static int resolve_error(const image_layer_importer *im, const char *raw, int errnum,
                          const char *what, cs_error **err)
@@ -276,12 +293,7 @@ static int dir_empty(const image_layer_importer *im, int dfd, const char *raw, c
         while ((de = readdir(d))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                if (n == cap) {
-                        cap = cap ? 2 * cap : 16;
-                        names = realloc(names, cap * sizeof(*names));
-                        if (!names)
-                                abort();
-                }
+                names = cs_xgrow(names, n, &cap, sizeof(*names));
                 names[n++] = cs_xstrdup(de->d_name);
         }
         closedir(d);
@@ -324,18 +336,14 @@ static int whiteout_apply(image_layer_importer *im, const char *path, const char
 int image_layer_pass_check(void *ctx, struct archive *a, struct archive_entry *e, cs_error **err)
 {
         image_layer_importer *im = ctx;
-        const char *raw = archive_entry_pathname(e), *link = archive_entry_hardlink(e);
+        const char *raw, *link = archive_entry_hardlink(e);
         _cleanup_free_ char *path = NULL;
         _cleanup_free_ char *target = NULL;
         const char *why;
 
         (void)a;
-        if (!raw)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "%s: an entry has no usable name", im->label);
-        why = image_layer_path_clean(raw, &path);
-        if (why)
-                return entry_error(im, raw, GRPC_STATUS_INVALID_ARGUMENT, err, "its path %s", why);
+        if (entry_path(im, e, &raw, &path, err) < 0)
+                return -1;
         if (link && (why = image_layer_path_clean(link, &target)))
                 return entry_error(im, raw, GRPC_STATUS_INVALID_ARGUMENT, err, "its link target %s",
                                    why);
@@ -451,12 +459,7 @@ static int dir_entry(image_layer_importer *im, struct archive_entry *e, int dfd,
                 return entry_errno(im, raw, -r, "cannot replace what is there", err);
         if (!kept && mkdirat(dfd, base, 0700) < 0)
                 return entry_errno(im, raw, errno, "cannot create it", err);
-        if (im->n_dirs == im->cap_dirs) {
-                im->cap_dirs = im->cap_dirs ? 2 * im->cap_dirs : 64;
-                im->dirs = realloc(im->dirs, im->cap_dirs * sizeof(*im->dirs));
-                if (!im->dirs)
-                        abort();
-        }
+        im->dirs = cs_xgrow(im->dirs, im->n_dirs, &im->cap_dirs, sizeof(*im->dirs));
         d = &im->dirs[im->n_dirs++];
         *d = (dir_meta){ .path = cs_xstrdup(path),
                          .uid = (uid_t)archive_entry_uid(e),
@@ -551,18 +554,14 @@ static int hardlink_entry(image_layer_importer *im, struct archive_entry *e, int
 static int entry_write(image_layer_importer *im, struct archive *a, struct archive_entry *e,
                        bool check, cs_error **err)
 {
-        const char *raw = archive_entry_pathname(e), *base, *why;
+        const char *raw, *base;
         _cleanup_free_ char *path = NULL;
         _cleanup_close_ int dfd = -1;
         mode_t type = archive_entry_filetype(e);
         int r;
 
-        if (!raw)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "%s: an entry has no usable name", im->label);
-        why = image_layer_path_clean(raw, &path);
-        if (why)
-                return entry_error(im, raw, GRPC_STATUS_INVALID_ARGUMENT, err, "its path %s", why);
+        if (entry_path(im, e, &raw, &path, err) < 0)
+                return -1;
         if (im->want && !im->want(im->want_ctx, path))
                 return 0;
         if (check && entry_check(im, e, raw, err) < 0)

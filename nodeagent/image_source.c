@@ -578,12 +578,7 @@ static char *link_resolve(const char *name, const char *target)
 
 static void link_add(tar_scan *s, const char *name, char *target)
 {
-        if (s->n_links == s->cap_links) {
-                s->cap_links = s->cap_links ? 2 * s->cap_links : 16;
-                s->links = realloc(s->links, s->cap_links * sizeof(*s->links));
-                if (!s->links)
-                        abort();
-        }
+        s->links = cs_xgrow(s->links, s->n_links, &s->cap_links, sizeof(*s->links));
         s->links[s->n_links++] = (tar_link){ .name = cs_xstrdup(name), .target = target };
 }
 
@@ -652,12 +647,7 @@ static void want_add(tar_want *w, const char *name)
         for (size_t i = 0; i < w->n; i++)
                 if (strcmp(w->names[i], name) == 0)
                         return;
-        if (w->n == w->cap) {
-                w->cap = w->cap ? 2 * w->cap : 16;
-                w->names = realloc(w->names, w->cap * sizeof(*w->names));
-                if (!w->names)
-                        abort();
-        }
+        w->names = cs_xgrow(w->names, w->n, &w->cap, sizeof(*w->names));
         w->names[w->n++] = cs_xstrdup(name);
 }
 

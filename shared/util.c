@@ -37,6 +37,14 @@ char *cs_xstrdup(const char *s)
         return check_alloc(strdup(s));
 }
 
+void *cs_xgrow(void *p, size_t n, size_t *cap, size_t size)
+{
+        if (n < *cap)
+                return p;
+        *cap = *cap ? 2 * *cap : 16;
+        return check_alloc(reallocarray(p, *cap, size));
+}
+
 char *cs_xasprintf(const char *fmt, ...)
 {
         char *s = NULL;

@@ -49,6 +49,10 @@ static inline void cs_closep(int *fd)
 void *cs_xmalloc(size_t n);
 void *cs_xcalloc(size_t n, size_t size);
 char *cs_xstrdup(const char *s);
+/* Room for one more element in the array p of n elements of size bytes: when n has reached
+ * *cap, the array grows (to 16 elements, then twice its size) and *cap with it. Returns the
+ * (possibly moved) array. */
+void *cs_xgrow(void *p, size_t n, size_t *cap, size_t size);
 char *cs_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Writes all of buf (retrying short writes and EINTR). 0, or -1 with errno. */
