@@ -8,7 +8,9 @@
  * those past max_runtime (FAILED), samples memory for averages, and removes workspaces whose
  * soft-delete grace has passed.
  *
- * Library code: no logging except through the registry's log hook, no protobuf. */
+ * Library code: no logging except through the registry's log hook, no protobuf. Written as
+ * sandbox.c (the registry) and sandbox_{record,usage,housekeep,attach}.c; their structs and
+ * the locking rule are in sandbox_internal.h. */
 #pragma once
 
 #include <pthread.h>

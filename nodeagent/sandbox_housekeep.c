@@ -1,0 +1,165 @@
+/* The housekeeping thread: every sample_interval_ms it samples the memory of READY sandboxes,
+ * notices dead containers (every HOUSEKEEP_STATE_EVERY ticks), stops sandboxes past their
+ * max_runtime (FAILED), saves live records (every HOUSEKEEP_PERSIST_EVERY ticks), and removes
+ * sandboxes whose soft-delete grace has passed, with their workspaces.
+ *
+ * Owns the thread's loop and the removal. May touch: the list (unlinking, under the registry
+ * lock), the runtime's state and destroy (unlocked, with a reference held), the workspace and
+ * sandbox directories of removed sandboxes. Attached (kube) entries are handed to
+ * sandbox_attach.c. Locking: sandbox_internal.h. */
+#include "sandbox_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "util.h"
+
+/* One sandbox's periodic work: sample memory, notice a dead container, enforce max_runtime. */
+static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
+{
+        cgroup_sample s = { 0 };
+        cs_error *err = NULL;
+        bool expired, dead = false;
+        sb_status status;
+
+        if (sb->attached) {
+                sandbox_attach_housekeep(reg, sb, check_state);
+                return;
+        }
+        pthread_mutex_lock(&reg->lock);
+        status = sb->status;
+        expired = cs_now_monotonic_ms() - sb->started_mono_ms > sb->max_runtime_ms;
+        pthread_mutex_unlock(&reg->lock);
+        if (status != SB_READY)
+                return;
+
+        if (sandbox_sample_memory(reg, sb, &s, &err) < 0) {
+                cs_error_freep(&err);
+                dead = true;
+        }
+        if (!dead && check_state) {
+                rt_state st = RT_RUNNING;
+                if (reg->rt->ops->state(reg->rt, sb->container_id, &st, NULL, &err) < 0)
+                        cs_error_freep(&err);
+                dead = st != RT_RUNNING;
+        }
+        if (expired) {
+                char why[96];
+                snprintf(why, sizeof(why), "max_runtime of %" PRId64 " s exceeded",
+                         sb->max_runtime_ms / 1000);
+                sandbox_usage_freeze(reg, sb);
+                if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
+                        sandbox_log(reg, true, sb->id, "cannot stop the sandbox: %s", err->msg);
+                        cs_error_freep(&err);
+                }
+                sb_mark_failed(reg, sb, why);
+        } else if (dead) {
+                sb_mark_failed(reg, sb,
+                               s.oom_kills ? "the sandbox ran out of memory"
+                                           : "the sandbox's container exited");
+        }
+}
+
+/* Under the lock: whether the removal may unlink sb now. A local sandbox goes once its
+ * soft-delete window has passed (DESTROYED, or FAILED and never destroyed). */
+static bool collectable_locked(const sandbox *sb, int64_t now)
+{
+        bool due;
+
+        if (sb->attached)
+                due = sandbox_attach_collectable_locked(sb);
+        else
+                due = (sb->status == SB_DESTROYED || sb->status == SB_FAILED) &&
+                      sb->delete_after_ms && now >= sb->delete_after_ms;
+        return due && sb->refs == 0 && !sb->destroying;
+}
+
+/* Frees an unlinked local sandbox with its container, workspace and directory. */
+static void remove_expired(sb_registry *reg, sandbox *sb)
+{
+        cs_error *ignored = NULL;
+
+        /* A FAILED sandbox may still have a stopped container to delete. */
+        reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
+        cs_error_free(ignored);
+        sandbox_rm_tree(sb->workspace_dir);
+        sandbox_rm_tree(sb->dir);
+        sandbox_log(reg, false, sb->id, "workspace removed after its grace period");
+        sandbox_free(sb);
+}
+
+/* Removes sandboxes whose soft-delete window has passed, with their workspaces, and attached
+ * entries whose container is gone. */
+static void collect_garbage(sb_registry *reg)
+{
+        int64_t now = cs_now_realtime_ms();
+        sandbox *dead = NULL;
+
+        pthread_mutex_lock(&reg->lock);
+        for (sandbox **p = &reg->list; *p;) {
+                sandbox *sb = *p;
+                if (collectable_locked(sb, now)) {
+                        *p = sb->next;
+                        sb->next = dead;
+                        dead = sb;
+                } else {
+                        p = &sb->next;
+                }
+        }
+        pthread_mutex_unlock(&reg->lock);
+        while (dead) {
+                sandbox *next = dead->next;
+                if (dead->attached)
+                        sandbox_attach_forget(reg, dead);
+                else
+                        remove_expired(reg, dead);
+                dead = next;
+        }
+}
+
+#define HOUSEKEEP_STATE_EVERY   5  /* ticks between runtime state checks */
+#define HOUSEKEEP_PERSIST_EVERY 10 /* ticks between saving live records */
+
+void *sandbox_housekeeper_main(void *arg)
+{
+        sb_registry *reg = arg;
+
+        for (unsigned tick = 1;; tick++) {
+                struct timespec ts;
+                sandbox **refs;
+                size_t n = 0, cap = 0;
+                int64_t wake = cs_now_monotonic_ms() + reg->cfg.sample_interval_ms;
+
+                pthread_mutex_lock(&reg->lock);
+                while (!reg->stopping && cs_now_monotonic_ms() < wake) {
+                        ts.tv_sec = wake / 1000;
+                        ts.tv_nsec = (wake % 1000) * 1000000;
+                        pthread_cond_timedwait(&reg->cond, &reg->lock, &ts);
+                }
+                if (reg->stopping) {
+                        pthread_mutex_unlock(&reg->lock);
+                        return NULL;
+                }
+                for (sandbox *sb = reg->list; sb; sb = sb->next)
+                        cap++;
+                refs = cs_xcalloc(cap, sizeof(*refs));
+                for (sandbox *sb = reg->list; sb; sb = sb->next) {
+                        /* Attached entries in every state: their container's is followed. */
+                        if ((sb->status == SB_READY || sb->attached) && !sb->destroying)
+                                refs[n++] = sandbox_ref_locked(sb);
+                }
+                pthread_mutex_unlock(&reg->lock);
+
+                for (size_t i = 0; i < n; i++) {
+                        housekeep_one(reg, refs[i], tick % HOUSEKEEP_STATE_EVERY == 0);
+                        if (tick % HOUSEKEEP_PERSIST_EVERY == 0) {
+                                usage_metrics ignored;
+                                sandbox_usage_live(reg, refs[i], &ignored);
+                                sandbox_persist(reg, refs[i]);
+                        }
+                        sb_release(reg, refs[i]);
+                }
+                free(refs);
+                collect_garbage(reg);
+        }
+}

@@ -1,0 +1,179 @@
+/* The sandbox registry's insides, shared by its files and by nothing else: the structs, the
+ * locking rule, and the functions one file of the registry lends another.
+ *
+ *   sandbox.c            the registry: open/free, create/destroy/describe/list/counts,
+ *                        acquire/release, snapshots, spec validation, the starter threads
+ *   sandbox_record.c     sandbox.json on disk (atomic replace) and, at open, the loading of
+ *                        records and their reconciliation with the runtime (local mode)
+ *   sandbox_usage.c      live usage, frozen usage, memory samples, exec usage windows
+ *   sandbox_housekeep.c  the housekeeping thread: max_runtime, dead containers, removal
+ *                        of sandboxes whose soft-delete grace has passed
+ *   sandbox_attach.c     kube mode: entries for containers the kubelet made (sb_attach) and
+ *                        everything the registry does differently for them
+ *
+ * Only sandbox*.c include this header.
+ *
+ * LOCKING (the one rule of the registry)
+ *
+ * - reg->lock (one mutex per registry) guards the list (reg->list and every sb->next),
+ *   reg->stopping, reg->starters, and every mutable field of every sandbox: status,
+ *   status_message, destroying, destroyed_at_ms, delete_after_ms, host_pid (writes),
+ *   frozen, usage_frozen, mem_sum/mem_n/mem_max, file_read/file_written, windows (and
+ *   the windows' contents once linked), execs, refs, gone.
+ *   reg->cond (CLOCK_MONOTONIC) is waited on with it (acquire, destroy, the housekeeping's
+ *   sleep, free); status changes, releases, the end of a destroy or of a starter thread,
+ *   and stopping broadcast it.
+ * - Immutable once the sandbox is listed, so readable without the lock by whoever holds a
+ *   reference: tenant_id, session_id, image, mount_path, cpu_millis, memory_bytes,
+ *   max_runtime_ms, created_at_ms, started_mono_ms, dir, bundle_dir, workspace_dir,
+ *   container_id, cgroup_path, attached, key. A local sandbox's id never changes; an
+ *   attached entry's id (its label) changes only under the lock while refs == 0, so a
+ *   holder of a reference reads it unlocked.
+ * - Read unlocked although written under the lock (word-sized; a stale value costs one
+ *   reading): host_pid (network counters) and an attached entry's status in its
+ *   housekeeping.
+ * - The registry's own fields (cfg, the directories, rt, cg, log) never change after
+ *   sb_registry_open; housekeeper and housekeeper_running belong to open and free.
+ * - With the lock held only memory is touched: no runtime call (runsc takes tens to
+ *   hundreds of milliseconds), no cgroup or /proc read, no file written, no log hook
+ *   called, no thread created or joined. Long operations mark the sandbox (refs,
+ *   starters, destroying) and run unlocked.
+ * - Functions named *_locked are called with the lock held. The others that touch mutable
+ *   fields take the lock themselves and are called without it.
+ * - Lock order: reg->lock is innermost. No other lock is ever taken while it is held.
+ * - During sb_registry_open, before the housekeeping thread starts, the registry has one
+ *   thread: loading and reconciling records touch fields without the lock.
+ *
+ * REFERENCES
+ *
+ * - refs counts holders outside the lock: sb_acquire, sb_attach, a starter thread (one for
+ *   its life), and the short-lived ones of describe/destroy/list/housekeeping. Taken with
+ *   sandbox_ref_locked, dropped with sb_release (which broadcasts).
+ * - A sandbox is unlinked and freed only by the housekeeping's removal, which requires
+ *   refs == 0 and !destroying, or by sb_registry_free, after the housekeeping thread is
+ *   joined and no starter runs (callers must have released theirs).
+ * - destroying: sb_destroy's runtime call runs unlocked with it set; another destroy waits
+ *   on reg->cond, acquire refuses the sandbox, removal skips it. */
+#pragma once
+
+#include <sys/types.h>
+
+#include "sandbox.h"
+#include "uuid.h"
+
+struct sb_window {
+        struct sb_window *next;
+        cgroup_sample start;
+        uint64_t file_read, file_written, net_rx, net_tx;
+        uint64_t mem_sum, mem_n, mem_max;
+        bool peak_reset; /* the kernel high-water mark was reset for this window */
+};
+
+struct sandbox {
+        sandbox *next;
+        char id[CS_UUID_STRLEN + 1];
+        char *tenant_id, *session_id, *image, *mount_path, *status_message;
+        uint32_t cpu_millis;
+        uint64_t memory_bytes;
+        int64_t max_runtime_ms;
+        int64_t created_at_ms, destroyed_at_ms, delete_after_ms;
+        int64_t started_mono_ms; /* monotonic, for max_runtime (wall clock may jump) */
+        sb_status status;
+        bool destroying;
+
+        char *dir, *bundle_dir, *workspace_dir, *container_id, *cgroup_path;
+        pid_t host_pid; /* the sandbox's host process, for network counters */
+
+        usage_metrics frozen; /* final usage once FAILED or DESTROYED; before: the last reading */
+        bool usage_frozen;
+        uint64_t mem_sum, mem_n, mem_max; /* memory samples over the sandbox's life */
+        uint64_t file_read, file_written;
+
+        sb_window *windows; /* execs being measured */
+        int execs;
+        int refs;
+
+        /* Kube mode: a container the kubelet made (sb_attach), keyed by container id and
+         * mount path; never persisted, stopped or removed by the registry. */
+        bool attached;
+        bool gone; /* the housekeeping found its container gone */
+        char *key;
+};
+
+struct sb_registry {
+        sb_config cfg;
+        char *state_dir, *images_dir, *cgroup_parent, *sandboxes_dir;
+        runtime *rt;
+        const cgroup_fs *cg;
+        sb_log_fn log;
+
+        pthread_mutex_t lock;
+        pthread_cond_t cond; /* status changes, housekeeping wake-ups */
+        sandbox *list;
+        bool stopping;
+        pthread_t housekeeper;
+        bool housekeeper_running;
+        int starters; /* starter threads running */
+};
+
+/* --- sandbox.c ----------------------------------------------------------------------------- */
+
+/* One line to the registry's log hook (never called with the lock held). */
+void sandbox_log(sb_registry *reg, bool warn, const char *id, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+void sandbox_free(sandbox *sb);                    /* accepts NULL; the sandbox must be unlinked */
+void sandbox_paths(sb_registry *reg, sandbox *sb); /* fills the derived paths from the id */
+void sandbox_set_message_locked(sandbox *sb, const char *msg);
+/* FAILED with `why`; starts the soft-delete grace unless it runs already. Broadcasts. */
+void sandbox_set_failed_locked(sb_registry *reg, sandbox *sb, const char *why);
+sandbox *sandbox_ref_locked(sandbox *sb);
+/* An image is a root filesystem directory of images_dir, never a path of the host. */
+int sandbox_image_check(sb_registry *reg, const char *image, cs_error **err);
+int sandbox_mkdir(const char *path, mode_t mode, cs_error **err); /* EEXIST is fine */
+/* Removes a tree without following symlinks or entering another mount; best effort. */
+void sandbox_rm_tree(const char *path);
+
+/* --- sandbox_record.c ---------------------------------------------------------------------- */
+
+/* Persists sb's record (nothing for an attached entry); failures are logged, the in-memory
+ * state stays authoritative. Takes the lock to build the record, writes it unlocked. */
+void sandbox_persist(sb_registry *reg, sandbox *sb);
+/* Local mode's opening: makes the directories, loads every record into reg->list, reconciles
+ * each with the runtime, destroys containers no record claims. Single-threaded (see above). */
+int sandbox_records_open(sb_registry *reg, cs_error **err);
+/* Kills the exec processes a previous life of the agent left (their pid files in sb->dir)
+ * when `running`, and removes their pid files and process specs. Reads only sb->dir,
+ * sb->container_id and sb->id. */
+void sandbox_kill_leftover_execs(sb_registry *reg, sandbox *sb, bool running);
+
+/* --- sandbox_usage.c ----------------------------------------------------------------------- */
+
+/* Live usage (cgroup, network, the agent's file I/O) into *ret, kept as the last reading;
+ * the frozen usage once frozen. Called unlocked with a reference held. */
+void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret);
+/* Takes the final usage reading and keeps it from now on. */
+void sandbox_usage_freeze(sb_registry *reg, sandbox *sb);
+/* Reads the cgroup now (into *ret) and adds its memory to the sandbox's average, peak and
+ * open usage windows. */
+int sandbox_sample_memory(sb_registry *reg, sandbox *sb, cgroup_sample *ret, cs_error **err);
+
+/* --- sandbox_housekeep.c ------------------------------------------------------------------- */
+
+/* The housekeeping thread's body (arg: the registry); returns once reg->stopping is set. */
+void *sandbox_housekeeper_main(void *arg);
+
+/* --- sandbox_attach.c ---------------------------------------------------------------------- */
+
+/* Kube mode's opening: kills what a previous life left in running containers, removes the
+ * scratch directories of containers that are gone. */
+int sandbox_attach_open(sb_registry *reg, cs_error **err);
+/* An attached entry's periodic work: sample memory while READY, follow the container's
+ * state (check_state), mark it gone when the container is. */
+void sandbox_attach_housekeep(sb_registry *reg, sandbox *sb, bool check_state);
+/* sb_mark_failed of an attached entry: only the status reported changes. */
+void sandbox_attach_mark_failed(sb_registry *reg, sandbox *sb, const char *why);
+/* Under the lock: whether the housekeeping may unlink this attached entry now. */
+bool sandbox_attach_collectable_locked(const sandbox *sb);
+/* Frees an attached entry the housekeeping unlinked, with its scratch directory unless
+ * another entry of the same container remains. Called unlocked. */
+void sandbox_attach_forget(sb_registry *reg, sandbox *sb);

@@ -1,0 +1,309 @@
+/* Local mode's memory on disk: one record per sandbox
+ * (STATE_DIR/sandboxes/<id>/sandbox.json, replaced atomically and durably on every change),
+ * and what a starting agent does with the records it finds: load them, reconcile each with
+ * the runtime (running → READY, lost → FAILED, exec processes of the previous life killed),
+ * destroy the containers no record claims.
+ *
+ * Owns the record's format and sandbox_records_open. May touch: a sandbox's fields under the
+ * registry lock (sandbox_persist) or, during the single-threaded opening, without it; the
+ * runtime's state/list/destroy/kill_tree; files under the state directory. Attached (kube)
+ * entries have no record (sandbox_persist does nothing for them); kube mode's opening shares
+ * sandbox_kill_leftover_execs. Locking: sandbox_internal.h. */
+#include "sandbox_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "usage_json.h"
+#include "util.h"
+#include "uuid.h"
+
+/* Builds the record under the lock (cheap); written by record_write() outside it. */
+static json_t *record_json_locked(const sandbox *sb)
+{
+        return json_pack(
+                "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:s, "
+                "s:b, s:o, s:I, s:I, s:I, s:I, s:I}",
+                "id", sb->id, "tenant_id", sb->tenant_id, "session_id", sb->session_id, "image",
+                sb->image, "mount_path", sb->mount_path, "cpu_millis", (json_int_t)sb->cpu_millis,
+                "memory_bytes", (json_int_t)sb->memory_bytes, "max_runtime_ms",
+                (json_int_t)sb->max_runtime_ms, "created_at_ms", (json_int_t)sb->created_at_ms,
+                "destroyed_at_ms", (json_int_t)sb->destroyed_at_ms, "delete_after_ms",
+                (json_int_t)sb->delete_after_ms, "status", (int)sb->status, "status_message",
+                sb->status_message, "usage_frozen", sb->usage_frozen, "usage",
+                usage_to_json(&sb->frozen), "mem_sum", (json_int_t)sb->mem_sum, "mem_n",
+                (json_int_t)sb->mem_n, "mem_max", (json_int_t)sb->mem_max, "file_read",
+                (json_int_t)sb->file_read, "file_written", (json_int_t)sb->file_written);
+}
+
+/* Replaces dir/sandbox.json atomically and durably (tmp, fsync, rename, fsync dir). */
+static int record_write(const char *dir, json_t *doc, cs_error **err)
+{
+        _cleanup_free_ char *tmp = cs_xasprintf("%s/.sandbox.json.tmp", dir);
+        _cleanup_free_ char *final = cs_xasprintf("%s/sandbox.json", dir);
+        _cleanup_free_ char *text = json_dumps(doc, JSON_INDENT(1));
+        _cleanup_close_ int fd = -1, dfd = -1;
+        size_t len = text ? strlen(text) : 0;
+
+        if (!text)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "cannot encode the record");
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return cs_error_errno(err, errno, "cannot write %s", tmp);
+        if (write(fd, text, len) != (ssize_t)len || fsync(fd) < 0)
+                return cs_error_errno(err, errno ? errno : EIO, "cannot write %s", tmp);
+        if (rename(tmp, final) < 0)
+                return cs_error_errno(err, errno, "cannot rename %s", tmp);
+        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0)
+                fsync(dfd);
+        return 0;
+}
+
+void sandbox_persist(sb_registry *reg, sandbox *sb)
+{
+        json_t *doc;
+        _cleanup_free_ char *dir = NULL;
+        cs_error *err = NULL;
+
+        if (sb->attached)
+                return; /* kube mode keeps no records */
+        pthread_mutex_lock(&reg->lock);
+        doc = record_json_locked(sb);
+        dir = cs_xstrdup(sb->dir);
+        pthread_mutex_unlock(&reg->lock);
+        if (record_write(dir, doc, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot save the record: %s", err->msg);
+                cs_error_free(err);
+        }
+        json_decref(doc);
+}
+
+static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
+{
+        _cleanup_free_ char *path = cs_xasprintf("%s/%s/sandbox.json", reg->sandboxes_dir, id);
+        json_error_t jerr;
+        json_t *doc = json_load_file(path, 0, &jerr);
+        sandbox *sb;
+        const char *s[6] = { 0 };
+        json_int_t n[13] = { 0 };
+        int status = 0, frozen = 0;
+        json_t *usage = NULL;
+
+        if (!doc) {
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: %s", path, jerr.text);
+                return NULL;
+        }
+        if (json_unpack(doc,
+                        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s?s, s?b, "
+                        "s?o, s?I, s?I, s?I, s?I, s?I}",
+                        "id", &s[0], "tenant_id", &s[1], "session_id", &s[2], "image", &s[3],
+                        "mount_path", &s[4], "cpu_millis", &n[0], "memory_bytes", &n[1],
+                        "max_runtime_ms", &n[2], "created_at_ms", &n[3], "destroyed_at_ms", &n[4],
+                        "delete_after_ms", &n[5], "status", &status, "status_message", &s[5],
+                        "usage_frozen", &frozen, "usage", &usage, "mem_sum", &n[6], "mem_n", &n[7],
+                        "mem_max", &n[8], "file_read", &n[9], "file_written", &n[10]) < 0 ||
+            strcmp(s[0], id) != 0 || status < SB_STARTING || status > SB_DESTROYED) {
+                json_decref(doc);
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: not a valid sandbox record", path);
+                return NULL;
+        }
+        sb = cs_xcalloc(1, sizeof(*sb));
+        snprintf(sb->id, sizeof(sb->id), "%s", id);
+        sb->tenant_id = cs_xstrdup(s[1]);
+        sb->session_id = cs_xstrdup(s[2]);
+        sb->image = cs_xstrdup(s[3]);
+        sb->mount_path = cs_xstrdup(s[4]);
+        sb->status_message = cs_xstrdup(s[5] ? s[5] : "");
+        sb->cpu_millis = (uint32_t)n[0];
+        sb->memory_bytes = (uint64_t)n[1];
+        sb->max_runtime_ms = n[2];
+        sb->created_at_ms = n[3];
+        sb->destroyed_at_ms = n[4];
+        sb->delete_after_ms = n[5];
+        sb->status = (sb_status)status;
+        sb->usage_frozen = frozen;
+        if (usage)
+                usage_from_json(usage, &sb->frozen);
+        sb->mem_sum = (uint64_t)n[6];
+        sb->mem_n = (uint64_t)n[7];
+        sb->mem_max = (uint64_t)n[8];
+        sb->file_read = (uint64_t)n[9];
+        sb->file_written = (uint64_t)n[10];
+        /* Runtime left is measured from now: the monotonic clock did not survive. */
+        sb->started_mono_ms = cs_now_monotonic_ms() - (cs_now_realtime_ms() - sb->created_at_ms);
+        json_decref(doc);
+        sandbox_paths(reg, sb);
+        return sb;
+}
+
+/* --- opening: records, reconciliation ------------------------------------------------------ */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+        size_t a = strlen(s), b = strlen(suffix);
+
+        return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+void sandbox_kill_leftover_execs(sb_registry *reg, sandbox *sb, bool running)
+{
+        DIR *d = opendir(sb->dir);
+        struct dirent *e;
+
+        if (!d)
+                return;
+        while ((e = readdir(d))) {
+                _cleanup_free_ char *path = NULL;
+                rt_exec ex = { 0 };
+                int pid;
+
+                if (strncmp(e->d_name, RT_EXEC_PID_PREFIX, strlen(RT_EXEC_PID_PREFIX)) != 0 ||
+                    !ends_with(e->d_name, RT_EXEC_PID_SUFFIX))
+                        continue;
+                path = cs_xasprintf("%s/%s", sb->dir, e->d_name);
+                ex.pid_file = path;
+                pid = rt_exec_internal_pid(&ex);
+                if (running && pid > 1) {
+                        cs_error *err = NULL;
+                        int n = rt_kill_tree(reg->rt, sb->container_id, pid, SIGKILL, &err);
+                        sandbox_log(reg, true, sb->id,
+                                    "killed %d process(es) of exec pid %d left by the agent's "
+                                    "previous run",
+                                    n < 0 ? 0 : n, pid);
+                        cs_error_free(err);
+                }
+                unlink(path);
+        }
+        closedir(d);
+        /* Their process specs too. */
+        d = opendir(sb->dir);
+        if (!d)
+                return;
+        while ((e = readdir(d))) {
+                if (strncmp(e->d_name, RT_EXEC_PID_PREFIX, strlen(RT_EXEC_PID_PREFIX)) == 0 &&
+                    ends_with(e->d_name, ".json")) {
+                        _cleanup_free_ char *path = cs_xasprintf("%s/%s", sb->dir, e->d_name);
+                        unlink(path);
+                }
+        }
+        closedir(d);
+}
+
+static void reconcile_one(sb_registry *reg, sandbox *sb)
+{
+        rt_state st = RT_ABSENT;
+        pid_t pid = 0;
+        cs_error *err = NULL;
+
+        if (sb->status == SB_DESTROYED)
+                return;
+        if (reg->rt->ops->state(reg->rt, sb->container_id, &st, &pid, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot query the container: %s", err->msg);
+                cs_error_freep(&err);
+        }
+        sandbox_kill_leftover_execs(reg, sb, st == RT_RUNNING);
+        if (sb->status == SB_FAILED)
+                return;
+        if (st == RT_RUNNING && sandbox_image_check(reg, sb->image, &err) < 0) {
+                /* E.g. a sandbox of an older agent whose image was the host's root: it must
+                 * not go on seeing the host. */
+                sandbox_log(reg, true, sb->id, "stopping a sandbox found running: %s", err->msg);
+                sandbox_set_failed_locked(reg, sb,
+                                          "its image is not an image of this node: stopped");
+                cs_error_freep(&err);
+                if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
+                        sandbox_log(reg, true, sb->id, "cannot destroy it: %s", err->msg);
+                        cs_error_free(err);
+                }
+                return;
+        }
+        if (st == RT_RUNNING) {
+                sb->status = SB_READY;
+                sb->host_pid = pid;
+                sandbox_log(reg, false, sb->id, "sandbox found running after restart");
+                return;
+        }
+        sandbox_set_failed_locked(reg, sb, "the container was lost while the agent was down");
+        sb->usage_frozen = true; /* the last reading in the record is all there is */
+        sandbox_log(reg, true, sb->id, "sandbox lost while the agent was down: FAILED");
+}
+
+/* Destroys containers under the runtime's root that no record claims. */
+static void destroy_strays(sb_registry *reg)
+{
+        char **ids = NULL;
+        size_t n = 0;
+        cs_error *err = NULL;
+
+        if (reg->rt->ops->list(reg->rt, &ids, &n, &err) < 0) {
+                sandbox_log(reg, true, NULL, "cannot list containers: %s", err->msg);
+                cs_error_free(err);
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                bool known = false;
+                for (sandbox *sb = reg->list; sb && !known; sb = sb->next)
+                        known = strcmp(sb->container_id, ids[i]) == 0 && sb->status != SB_DESTROYED;
+                if (!known) {
+                        sandbox_log(reg, true, NULL,
+                                    "container %s has no sandbox record: destroying it", ids[i]);
+                        if (reg->rt->ops->destroy(reg->rt, ids[i], &err) < 0) {
+                                sandbox_log(reg, true, NULL, "cannot destroy %s: %s", ids[i],
+                                            err->msg);
+                                cs_error_freep(&err);
+                        }
+                }
+                free(ids[i]);
+        }
+        free(ids);
+}
+
+static int load_records(sb_registry *reg, cs_error **err)
+{
+        DIR *d = opendir(reg->sandboxes_dir);
+        struct dirent *e;
+
+        if (!d)
+                return cs_error_errno(err, errno, "cannot read %s", reg->sandboxes_dir);
+        while ((e = readdir(d))) {
+                cs_error *bad = NULL;
+                sandbox *sb;
+
+                if (!cs_uuid_valid(e->d_name))
+                        continue;
+                sb = record_load(reg, e->d_name, &bad);
+                if (!sb) {
+                        sandbox_log(reg, true, e->d_name, "skipping a record: %s", bad->msg);
+                        cs_error_free(bad);
+                        continue;
+                }
+                sb->next = reg->list;
+                reg->list = sb;
+        }
+        closedir(d);
+        return 0;
+}
+
+int sandbox_records_open(sb_registry *reg, cs_error **err)
+{
+        _cleanup_free_ char *ws = cs_xasprintf("%s/workspaces", reg->state_dir);
+
+        if (sandbox_mkdir(reg->sandboxes_dir, 0700, err) < 0 || sandbox_mkdir(ws, 0700, err) < 0 ||
+            load_records(reg, err) < 0)
+                return -1;
+        for (sandbox *sb = reg->list; sb; sb = sb->next) {
+                sb_status before = sb->status;
+                reconcile_one(reg, sb);
+                if (sb->status != before)
+                        sandbox_persist(reg, sb);
+        }
+        destroy_strays(reg);
+        return 0;
+}

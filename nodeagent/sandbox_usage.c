@@ -1,0 +1,189 @@
+/* What a sandbox uses: live and frozen usage (cgroup counters, network counters of its host
+ * process, the agent's own file I/O), the memory samples behind averages and peaks, and the
+ * usage windows of execs (sb_window_begin/end).
+ *
+ * Owns the usage fields of a sandbox (frozen, usage_frozen, mem_*, file_*, windows, execs).
+ * May touch: those under the registry lock; the cgroup (read, reset of the memory peak) and
+ * /proc network counters, always unlocked. Never the status, the list or the runtime.
+ * Locking: sandbox_internal.h. */
+#include "sandbox_internal.h"
+
+#include "util.h"
+
+/* Network counters of the sandbox's host process (its own network namespace). */
+static void read_net(sandbox *sb, uint64_t *rx, uint64_t *tx)
+{
+        cs_error *err = NULL;
+
+        *rx = *tx = 0;
+        if (sb->host_pid > 0 && proc_read_net("/proc", sb->host_pid, rx, tx, &err) < 0)
+                cs_error_free(err);
+}
+
+/* Cgroup counters, memory samples, the agent's own file I/O; reads the sandbox's counters
+ * under the lock. */
+void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
+{
+        cgroup_sample s = { 0 };
+        cs_error *err = NULL;
+        uint64_t rx, tx;
+
+        bool have = cgroup_read(reg->cg, sb->cgroup_path, &s, &err) == 0;
+
+        cs_error_free(err);
+        read_net(sb, &rx, &tx);
+        pthread_mutex_lock(&reg->lock);
+        /* Frozen, or the cgroup is gone (a container lost while the agent was down): the last
+         * reading is the best there is. */
+        if (sb->usage_frozen || !have) {
+                *ret = sb->frozen;
+                pthread_mutex_unlock(&reg->lock);
+                return;
+        }
+        ret->cpu_ms = s.cpu_ns / 1000000;
+        ret->memory_peak_bytes =
+                s.memory_peak_bytes > sb->mem_max ? s.memory_peak_bytes : sb->mem_max;
+        ret->memory_avg_bytes = sb->mem_n ? sb->mem_sum / sb->mem_n : s.memory_bytes;
+        ret->disk_read_bytes = s.io_read_bytes + sb->file_read;
+        ret->disk_write_bytes = s.io_write_bytes + sb->file_written;
+        /* Cumulative: a counter that cannot be read any more (the sandbox process is gone)
+         * keeps its last value rather than going back to 0. */
+        ret->network_ingress_bytes =
+                rx > sb->frozen.network_ingress_bytes ? rx : sb->frozen.network_ingress_bytes;
+        ret->network_egress_bytes =
+                tx > sb->frozen.network_egress_bytes ? tx : sb->frozen.network_egress_bytes;
+        sb->frozen = *ret; /* the last reading, kept in the record */
+        pthread_mutex_unlock(&reg->lock);
+}
+
+void sandbox_usage_freeze(sb_registry *reg, sandbox *sb)
+{
+        usage_metrics u;
+
+        sandbox_usage_live(reg, sb, &u);
+        pthread_mutex_lock(&reg->lock);
+        if (!sb->usage_frozen) {
+                sb->frozen = u;
+                sb->usage_frozen = true;
+        }
+        pthread_mutex_unlock(&reg->lock);
+}
+
+void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t written)
+{
+        pthread_mutex_lock(&reg->lock);
+        sb->file_read += read;
+        sb->file_written += written;
+        pthread_mutex_unlock(&reg->lock);
+}
+
+/* --- exec windows -------------------------------------------------------------------------- */
+
+static void window_sample_locked(sb_window *w, uint64_t mem)
+{
+        w->mem_sum += mem;
+        w->mem_n++;
+        if (mem > w->mem_max)
+                w->mem_max = mem;
+}
+
+sb_window *sb_window_begin(sb_registry *reg, sandbox *sb)
+{
+        sb_window *w = cs_xcalloc(1, sizeof(*w));
+        cs_error *err = NULL;
+        uint64_t rx, tx;
+        bool alone;
+
+        pthread_mutex_lock(&reg->lock);
+        alone = sb->windows == NULL;
+        pthread_mutex_unlock(&reg->lock);
+        if (cgroup_read(reg->cg, sb->cgroup_path, &w->start, &err) < 0)
+                cs_error_freep(&err);
+        /* Alone in the sandbox, the exec can have the kernel's own high-water mark: fold the
+         * sandbox's peak so far into its record, then reset the mark. Not in kube mode: the
+         * pod cgroup is the kubelet's, and its peak is the pod's lifetime peak. */
+        if (alone && w->start.has_peak && !sb->attached) {
+                pthread_mutex_lock(&reg->lock);
+                if (w->start.memory_peak_bytes > sb->mem_max)
+                        sb->mem_max = w->start.memory_peak_bytes;
+                pthread_mutex_unlock(&reg->lock);
+                w->peak_reset = cgroup_reset_peak(reg->cg, sb->cgroup_path, &err) == 0;
+                cs_error_free(err);
+        }
+        read_net(sb, &rx, &tx);
+        pthread_mutex_lock(&reg->lock);
+        w->file_read = sb->file_read;
+        w->file_written = sb->file_written;
+        w->net_rx = rx;
+        w->net_tx = tx;
+        window_sample_locked(w, w->start.memory_bytes);
+        w->next = sb->windows;
+        sb->windows = w;
+        sb->execs++;
+        pthread_mutex_unlock(&reg->lock);
+        return w;
+}
+
+static uint64_t delta(uint64_t end, uint64_t start)
+{
+        return end > start ? end - start : 0;
+}
+
+void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *ret, bool *ret_oom)
+{
+        cgroup_sample end = { 0 };
+        cs_error *err = NULL;
+        bool have = cgroup_read(reg->cg, sb->cgroup_path, &end, &err) == 0;
+        uint64_t rx, tx;
+
+        cs_error_free(err);
+        read_net(sb, &rx, &tx);
+        pthread_mutex_lock(&reg->lock);
+        for (sb_window **p = &sb->windows; *p; p = &(*p)->next) {
+                if (*p == w) {
+                        *p = w->next;
+                        break;
+                }
+        }
+        sb->execs--;
+        if (have)
+                window_sample_locked(w, end.memory_bytes);
+        else
+                end = w->start; /* the container is gone: no growth can be measured */
+        *ret = (usage_metrics){
+                .cpu_ms = delta(end.cpu_ns, w->start.cpu_ns) / 1000000,
+                .memory_peak_bytes = w->mem_max,
+                .memory_avg_bytes = w->mem_n ? w->mem_sum / w->mem_n : 0,
+                .disk_read_bytes = delta(end.io_read_bytes, w->start.io_read_bytes) +
+                                   delta(sb->file_read, w->file_read),
+                .disk_write_bytes = delta(end.io_write_bytes, w->start.io_write_bytes) +
+                                    delta(sb->file_written, w->file_written),
+                .network_ingress_bytes = delta(rx, w->net_rx),
+                .network_egress_bytes = delta(tx, w->net_tx),
+        };
+        if (w->peak_reset && end.has_peak && end.memory_peak_bytes > ret->memory_peak_bytes)
+                ret->memory_peak_bytes = end.memory_peak_bytes;
+        if (ret->memory_peak_bytes > sb->mem_max)
+                sb->mem_max = ret->memory_peak_bytes;
+        *ret_oom = end.oom_kills > w->start.oom_kills;
+        pthread_mutex_unlock(&reg->lock);
+        free(w);
+}
+
+int sandbox_sample_memory(sb_registry *reg, sandbox *sb, cgroup_sample *ret, cs_error **err)
+{
+        cgroup_sample s;
+
+        if (cgroup_read(reg->cg, sb->cgroup_path, &s, err) < 0)
+                return -1;
+        *ret = s;
+        pthread_mutex_lock(&reg->lock);
+        sb->mem_sum += s.memory_bytes;
+        sb->mem_n++;
+        if (s.memory_bytes > sb->mem_max)
+                sb->mem_max = s.memory_bytes;
+        for (sb_window *w = sb->windows; w; w = w->next)
+                window_sample_locked(w, s.memory_bytes);
+        pthread_mutex_unlock(&reg->lock);
+        return 0;
+}
