@@ -161,7 +161,7 @@ int sb_attach(sb_registry *reg, const sb_attach_spec *spec, sandbox **ret, cs_er
         return 0;
 }
 
-/* --- what the registry does differently for attached entries -------------------------------- */
+/* --- what the registry does differently for attached entries --------------------------- */
 
 void sandbox_attach_mark_failed(sb_registry *reg, sandbox *sb, const char *why)
 {

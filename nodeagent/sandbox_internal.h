@@ -116,7 +116,7 @@ struct sb_registry {
         int starters; /* starter threads running */
 };
 
-/* --- sandbox.c ----------------------------------------------------------------------------- */
+/* --- sandbox.c ------------------------------------------------------------------------- */
 
 /* One line to the registry's log hook (never called with the lock held). */
 void sandbox_log(sb_registry *reg, bool warn, const char *id, const char *fmt, ...)
@@ -133,7 +133,7 @@ int sandbox_mkdir(const char *path, mode_t mode, cs_error **err); /* EEXIST is f
 /* Removes a tree without following symlinks or entering another mount; best effort. */
 void sandbox_rm_tree(const char *path);
 
-/* --- sandbox_record.c ---------------------------------------------------------------------- */
+/* --- sandbox_record.c ------------------------------------------------------------------ */
 
 /* Persists sb's record (nothing for an attached entry); failures are logged, the in-memory
  * state stays authoritative. Takes the lock to build the record, writes it unlocked. */
@@ -146,7 +146,7 @@ int sandbox_records_open(sb_registry *reg, cs_error **err);
  * sb->container_id and sb->id. */
 void sandbox_kill_leftover_execs(sb_registry *reg, sandbox *sb, bool running);
 
-/* --- sandbox_usage.c ----------------------------------------------------------------------- */
+/* --- sandbox_usage.c ------------------------------------------------------------------- */
 
 /* Live usage (cgroup, network, the agent's file I/O) into *ret, kept as the last reading;
  * the frozen usage once frozen. Called unlocked with a reference held. */
@@ -157,12 +157,12 @@ void sandbox_usage_freeze(sb_registry *reg, sandbox *sb);
  * open usage windows. */
 int sandbox_sample_memory(sb_registry *reg, sandbox *sb, cgroup_sample *ret, cs_error **err);
 
-/* --- sandbox_housekeep.c ------------------------------------------------------------------- */
+/* --- sandbox_housekeep.c --------------------------------------------------------------- */
 
 /* The housekeeping thread's body (arg: the registry); returns once reg->stopping is set. */
 void *sandbox_housekeeper_main(void *arg);
 
-/* --- sandbox_attach.c ---------------------------------------------------------------------- */
+/* --- sandbox_attach.c ------------------------------------------------------------------ */
 
 /* Kube mode's opening: kills what a previous life left in running containers, removes the
  * scratch directories of containers that are gone. */

@@ -143,7 +143,7 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
         return sb;
 }
 
-/* --- opening: records, reconciliation ------------------------------------------------------ */
+/* --- opening: records, reconciliation -------------------------------------------------- */
 
 static bool ends_with(const char *s, const char *suffix)
 {

@@ -77,7 +77,7 @@ void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t wri
         pthread_mutex_unlock(&reg->lock);
 }
 
-/* --- exec windows -------------------------------------------------------------------------- */
+/* --- exec windows ---------------------------------------------------------------------- */
 
 static void window_sample_locked(sb_window *w, uint64_t mem)
 {
