@@ -162,11 +162,6 @@ const char *sb_dir(const sandbox *sb)
         return sb->dir;
 }
 
-const char *sb_id(const sandbox *sb)
-{
-        return sb->id;
-}
-
 /* --- validation ------------------------------------------------------------------------ */
 
 /* No sandbox ever sees the host's root (docs/security.md). */

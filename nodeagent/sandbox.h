@@ -156,7 +156,6 @@ const char *sb_container_id(const sandbox *sb);
 const char *sb_workspace_dir(const sandbox *sb);
 const char *sb_mount_path(const sandbox *sb);
 const char *sb_dir(const sandbox *sb); /* per-sandbox scratch directory on the host */
-const char *sb_id(const sandbox *sb);
 
 /* Counts bytes moved by the agent's own file API (they are workspace disk I/O too). */
 void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t written);
