@@ -3,11 +3,13 @@
  * creation), destroy, describe, list, counts, acquire/release, snapshots, marking a sandbox
  * FAILED, and the small helpers the other sandbox_*.c files share.
  *
- * Owns struct sb_registry's lifetime, the list's membership (adding; removal belongs to
- * sandbox_housekeep.c), the refs and the status transitions of local sandboxes. May touch:
- * every field under the registry lock; the runtime's create and destroy, unlocked; the
- * sandbox's directories. Records, usage, housekeeping and kube entries are the other files'
- * (sandbox_internal.h lists them and states the locking rule). */
+ * Owns struct sb_registry's lifetime, the creation of local sandboxes (the list's other
+ * additions are sandbox_record.c's loading and sandbox_attach.c's entries; its removals are
+ * sandbox_housekeep.c's until sb_registry_free), the refs, and a local sandbox's status after the
+ * opening (STARTING, READY, FAILED, DESTROYED; the opening's reconciliation is sandbox_record.c's).
+ * May touch: every field under the registry lock; the runtime's create and destroy,
+ * unlocked; the sandbox's directories. sandbox_internal.h lists the other files and states
+ * the locking rule. */
 #include "sandbox_internal.h"
 
 #include <errno.h>
