@@ -30,6 +30,7 @@
 
 #include "kube_cache.h"
 #include "kube_client.h"
+#include "sandbox_limits.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "path.h"
 #include "pbconv.h"
@@ -62,20 +63,9 @@
 #define SANDBOX_SELECTOR  LABEL_MANAGED_BY "=" MANAGED_BY
 #define KEEPALIVE         "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 
-/* The public API's defaults and the node agent's bounds for the same fields (local mode
- * checks them in the agent; here nobody else would before the API server). */
-#define DEFAULT_CPU_MILLIS     1000
-#define DEFAULT_MEMORY         (1ull << 30)
-#define DEFAULT_MAX_RUNTIME_MS (15ll * 60 * 1000)
-#define DEFAULT_MOUNT_PATH     "/workspace"
-#define MIN_CPU_MILLIS         50
-#define MAX_CPU_MILLIS         64000
-#define MIN_MEMORY             (64ull << 20)
-#define MAX_MEMORY             (64ull << 30)
-#define MAX_RUNTIME_MS         (24ll * 3600 * 1000)
-#define IMAGE_MAX              1024
-#define QUANTITY_MAX           32
-#define STORAGE_CLASS_MAX      253
+#define IMAGE_MAX         1024
+#define QUANTITY_MAX      32
+#define STORAGE_CLASS_MAX 253
 
 /* API requests that fail transiently (transport, 429, 5xx) are tried this many times in
  * all, API_BACKOFF_MS apart and doubling, within the call's deadline. */
@@ -752,11 +742,11 @@ static int spec_normalise(kube *k, const fe_spec *in, norm_spec *out, cs_error *
                 .storage_class = in->storage_class && in->storage_class[0] ? in->storage_class
                                                                            : k->storage_class,
                 .size = in->size && in->size[0] ? in->size : k->size,
-                .mount_path =
-                        in->mount_path && in->mount_path[0] ? in->mount_path : DEFAULT_MOUNT_PATH,
-                .cpu_millis = in->cpu_millis ?: DEFAULT_CPU_MILLIS,
-                .memory_bytes = in->memory_bytes ?: DEFAULT_MEMORY,
-                .max_runtime_ms = in->max_runtime_ms ?: DEFAULT_MAX_RUNTIME_MS,
+                .mount_path = in->mount_path && in->mount_path[0] ? in->mount_path
+                                                                  : CS_DEFAULT_MOUNT_PATH,
+                .cpu_millis = in->cpu_millis ?: CS_DEFAULT_CPU_MILLIS,
+                .memory_bytes = in->memory_bytes ?: CS_DEFAULT_MEMORY,
+                .max_runtime_ms = in->max_runtime_ms ?: CS_DEFAULT_RUNTIME_MS,
         };
         if (!out->image[0])
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
@@ -776,13 +766,14 @@ static int spec_normalise(kube *k, const fe_spec *in, norm_spec *out, cs_error *
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "storage_class '%.64s' is not a valid StorageClass name",
                                     out->storage_class);
-        if (out->cpu_millis < MIN_CPU_MILLIS || out->cpu_millis > MAX_CPU_MILLIS)
+        if (out->cpu_millis < CS_MIN_CPU_MILLIS || out->cpu_millis > CS_MAX_CPU_MILLIS)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "cpu_millis must be %d..%d",
-                                    MIN_CPU_MILLIS, MAX_CPU_MILLIS);
-        if (out->memory_bytes < MIN_MEMORY || out->memory_bytes > MAX_MEMORY)
+                                    CS_MIN_CPU_MILLIS, CS_MAX_CPU_MILLIS);
+        if (out->memory_bytes < CS_MIN_MEMORY || out->memory_bytes > CS_MAX_MEMORY)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "memory_bytes must be %llu..%llu", MIN_MEMORY, MAX_MEMORY);
-        if (out->max_runtime_ms < 1000 || out->max_runtime_ms > MAX_RUNTIME_MS)
+                                    "memory_bytes must be %llu..%llu", CS_MIN_MEMORY,
+                                    CS_MAX_MEMORY);
+        if (out->max_runtime_ms < CS_MIN_RUNTIME_MS || out->max_runtime_ms > CS_MAX_RUNTIME_MS)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "max_runtime must be 1 s..24 h");
         return 0;

@@ -6,14 +6,13 @@
 #include <string.h>
 
 #include "compute/v1/compute.pb-c.h"
+#include "sandbox_limits.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "pbconv.h"
 #include "util.h"
 #include "uuid.h"
 
 #define NA(name) "/nodeagent.v1.NodeAgent/" name
-/* tenant_id and session_id: at most this many bytes, printable ASCII. */
-#define FE_ID_MAX 128
 
 static frontend_service svc;
 
@@ -34,9 +33,9 @@ static int check_id(const char *name, const char *v, cs_error **err)
 
         if (len == 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is empty", name);
-        if (len > FE_ID_MAX)
+        if (len > CS_ID_MAX)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is longer than %d bytes",
-                                    name, FE_ID_MAX);
+                                    name, CS_ID_MAX);
         for (const char *p = v; *p; p++) {
                 if (*p < 0x21 || *p > 0x7e)
                         return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
