@@ -176,17 +176,6 @@ static bool label_value_ok(const char *s)
         return true;
 }
 
-/* Sleeps ms (at most API_RETRY_AFTER_MAX_MS), or until the call is cancelled. */
-static void sleep_call(rpc_call *call, int64_t ms)
-{
-        struct pollfd p = { .fd = call ? rpc_call_cancel_fd(call) : -1, .events = POLLIN };
-
-        if (ms > API_RETRY_AFTER_MAX_MS)
-                ms = API_RETRY_AFTER_MAX_MS;
-        if (ms > 0)
-                poll(&p, 1, (int)ms);
-}
-
 static int64_t min64(int64_t a, int64_t b)
 {
         return a < b ? a : b;
@@ -210,12 +199,17 @@ static bool transient(long status)
  * 0 with *ret for any other answer, whatever its status (the caller decides what a 404 or
  * 409 means); -1 with UNAVAILABLE when every attempt failed, DEADLINE_EXCEEDED when the
  * call's deadline passed, or the client's own error (INTERNAL: a malformed answer). */
-static int api(kube_client *kc, rpc_call *call, const char *method, const char *path, json_t *body,
-               kube_response *ret, cs_error **err)
+static int api(kube_client *kc, const fe_ctx *ctx, const char *method, const char *path,
+               json_t *body, kube_response *ret, cs_error **err)
 {
-        int64_t delay = API_BACKOFF_MS;
-        int64_t deadline = call ? rpc_call_deadline_ms(call) : INT64_MAX;
-        int cancel_fd = call ? rpc_call_cancel_fd(call) : -1;
+        const fe_ctx none = FE_CTX_NONE;
+        int64_t deadline, delay = API_BACKOFF_MS;
+        int cancel_fd;
+
+        if (!ctx)
+                ctx = &none;
+        deadline = ctx->deadline_ms;
+        cancel_fd = ctx->cancel_fd;
 
         for (int attempt = 1;; attempt++) {
                 _cleanup_error_ cs_error *e = NULL;
@@ -252,11 +246,11 @@ static int api(kube_client *kc, rpc_call *call, const char *method, const char *
                                 wait = (int64_t)min64(ra, API_RETRY_AFTER_MAX_MS / 1000) * 1000;
                         kube_response_clear(&resp);
                 }
-                if (attempt >= API_ATTEMPTS || (call && rpc_call_cancelled(call)) ||
+                if (attempt >= API_ATTEMPTS || fe_ctx_cancelled(ctx) ||
                     (deadline != INT64_MAX && cs_now_monotonic_ms() + wait >= deadline))
                         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
                                             "Kubernetes API %s %s: %s", method, path, why);
-                sleep_call(call, wait);
+                fe_ctx_sleep(ctx, min64(wait, API_RETRY_AFTER_MAX_MS));
                 delay *= 2;
         }
 }
@@ -296,14 +290,14 @@ static char *pvcs_path(const kube *k)
 }
 
 /* GETs one object by name: 0 with *ret (NULL when it does not exist), or -1. */
-static int get_named(kube *k, rpc_call *call, const char *collection, const char *name,
+static int get_named(kube *k, const fe_ctx *ctx, const char *collection, const char *name,
                      json_t **ret, cs_error **err)
 {
         _cleanup_free_ char *path = cs_xasprintf("%s/%s", collection, name);
         _cleanup_resp_ kube_response r = { 0 };
 
         *ret = NULL;
-        if (api(k->kc, call, "GET", path, NULL, &r, err) < 0)
+        if (api(k->kc, ctx, "GET", path, NULL, &r, err) < 0)
                 return -1;
         if (r.status == 404)
                 return 0;
@@ -313,17 +307,17 @@ static int get_named(kube *k, rpc_call *call, const char *collection, const char
         return 0;
 }
 
-static int get_pvc(kube *k, rpc_call *call, const char *id, json_t **ret, cs_error **err)
+static int get_pvc(kube *k, const fe_ctx *ctx, const char *id, json_t **ret, cs_error **err)
 {
         _cleanup_free_ char *coll = pvcs_path(k), *name = cs_xasprintf("ws-%s", id);
 
-        return get_named(k, call, coll, name, ret, err);
+        return get_named(k, ctx, coll, name, ret, err);
 }
 
 /* The sandbox's pod: from the cache, else (another replica may have just made it, or
  * `fresh` asks for the API server's word) from the API server by label. 0 with *ret (NULL:
  * none), or -1. */
-static int find_pod_fresh(kube *k, rpc_call *call, const char *id, bool fresh, json_t **ret,
+static int find_pod_fresh(kube *k, const fe_ctx *ctx, const char *id, bool fresh, json_t **ret,
                           cs_error **err)
 {
         _cleanup_free_ char *coll = NULL, *sel = NULL, *path = NULL;
@@ -336,7 +330,7 @@ static int find_pod_fresh(kube *k, rpc_call *call, const char *id, bool fresh, j
         coll = pods_path(k);
         sel = kube_escape(LABEL_SANDBOX_ID "=");
         path = cs_xasprintf("%s?labelSelector=%s%s", coll, sel, id);
-        if (api(k->kc, call, "GET", path, NULL, &r, err) < 0)
+        if (api(k->kc, ctx, "GET", path, NULL, &r, err) < 0)
                 return -1;
         if (r.status != 200 || !json_is_object(r.body))
                 return api_fail(&r, err, "listing the pods of sandbox %s", id);
@@ -348,15 +342,15 @@ static int find_pod_fresh(kube *k, rpc_call *call, const char *id, bool fresh, j
         return 0;
 }
 
-static int find_pod(kube *k, rpc_call *call, const char *id, json_t **ret, cs_error **err)
+static int find_pod(kube *k, const fe_ctx *ctx, const char *id, json_t **ret, cs_error **err)
 {
-        return find_pod_fresh(k, call, id, false, ret, err);
+        return find_pod_fresh(k, ctx, id, false, ret, err);
 }
 
 /* DELETE with preconditions (uid and resourceVersion, each when given): 0 when this
  * deleted it, 1 when it was already gone or is no longer the object judged (404, 409), -1
  * otherwise. */
-static int delete_exact(kube_client *kc, rpc_call *call, const char *path, const char *uid,
+static int delete_exact(kube_client *kc, const fe_ctx *ctx, const char *path, const char *uid,
                         const char *rv, cs_error **err)
 {
         _cleanup_json_ json_t *opts =
@@ -369,7 +363,7 @@ static int delete_exact(kube_client *kc, rpc_call *call, const char *path, const
         if (rv)
                 json_object_set_new(pre, "resourceVersion", json_string(rv));
         json_object_set_new(opts, "preconditions", pre);
-        if (api(kc, call, "DELETE", path, opts, &r, err) < 0)
+        if (api(kc, ctx, "DELETE", path, opts, &r, err) < 0)
                 return -1;
         if (r.status == 200 || r.status == 202)
                 return 0;
@@ -378,15 +372,14 @@ static int delete_exact(kube_client *kc, rpc_call *call, const char *path, const
         return api_fail(&r, err, "deleting %s", path);
 }
 
-static int delete_pod(kube *k, rpc_call *call, json_t *pod, cs_error **err)
+static int delete_pod(kube *k, const fe_ctx *ctx, json_t *pod, cs_error **err)
 {
         _cleanup_free_ char *coll = pods_path(k);
         _cleanup_free_ char *path =
                 cs_xasprintf("%s/%s", coll, kube_get_str(pod, "metadata.name") ?: "");
 
-        return delete_exact(k->kc, call, path, kube_get_str(pod, "metadata.uid"), NULL, err) < 0
-                       ? -1
-                       : 0;
+        return delete_exact(k->kc, ctx, path, kube_get_str(pod, "metadata.uid"), NULL, err) < 0 ? -1
+                                                                                                : 0;
 }
 
 /* --- status ---------------------------------------------------------------------------- */
@@ -618,14 +611,14 @@ static int route_of_pod(kube *k, const char *id, json_t *pod, fe_route *ret, cha
 }
 
 /* The sandbox's cumulative usage, measured now by its node's agent. */
-static int agent_usage(kube *k, rpc_call *call, const char *id, json_t *pod, usage_metrics *ret,
+static int agent_usage(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, usage_metrics *ret,
                        cs_error **err)
 {
         Nodeagent__V1__GetUsageRequest req = NODEAGENT__V1__GET_USAGE_REQUEST__INIT;
         Nodeagent__V1__SandboxRef ref = NODEAGENT__V1__SANDBOX_REF__INIT;
         Nodeagent__V1__PodRef pr = NODEAGENT__V1__POD_REF__INIT;
         Nodeagent__V1__GetUsageResponse *resp = NULL;
-        rpc_call_options opts = { .timeout_ms = k->agent_timeout_ms, .parent = call };
+        rpc_call_options opts = { .timeout_ms = k->agent_timeout_ms, .parent = ctx->parent };
         fe_route route;
         channel *hold;
         int r;
@@ -654,7 +647,7 @@ static int agent_usage(kube *k, rpc_call *call, const char *id, json_t *pod, usa
 
 /* The view of a sandbox whose pod exists (and whose PVC does not record a destroy). Usage
  * is the agent's while the pod runs; a describe still answers when the agent cannot. */
-static void view_of_pod(kube *k, rpc_call *call, const char *id, json_t *pod, fe_view *ret)
+static void view_of_pod(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, fe_view *ret)
 {
         const char *phase = kube_get_str(pod, "status.phase");
 
@@ -662,10 +655,10 @@ static void view_of_pod(kube *k, rpc_call *call, const char *id, json_t *pod, fe
         ret->id = cs_xstrdup(id);
         ret->status = pod_status(pod);
         ret->created_at_ms = time_of(kube_get_str(pod, "metadata.creationTimestamp"));
-        if (call && phase && strcmp(phase, "Running") == 0) {
+        if (phase && strcmp(phase, "Running") == 0) {
                 _cleanup_error_ cs_error *e = NULL;
-                if (agent_usage(k, call, id, pod, &ret->usage, &e) < 0)
-                        rpc_call_log(call, CS_LOG_WARN, "usage not available: %s", e->msg);
+                if (agent_usage(k, ctx, id, pod, &ret->usage, &e) < 0)
+                        fe_ctx_log(ctx, CS_LOG_WARN, "usage not available: %s", e->msg);
         }
 }
 
@@ -841,14 +834,14 @@ static json_t *pvc_build(kube *k, const norm_spec *spec, const char *id, json_t 
 
 /* Makes sure the sandbox's PVC exists (a frontend that died between the pod and the PVC is
  * repaired by the client's retry). */
-static int ensure_pvc(kube *k, rpc_call *call, const norm_spec *spec, const char *id,
+static int ensure_pvc(kube *k, const fe_ctx *ctx, const norm_spec *spec, const char *id,
                       cs_error **err)
 {
         _cleanup_json_ json_t *pvc = pvc_build(k, spec, id, NULL);
         _cleanup_free_ char *path = pvcs_path(k);
         _cleanup_resp_ kube_response r = { 0 };
 
-        if (api(k->kc, call, "POST", path, pvc, &r, err) < 0)
+        if (api(k->kc, ctx, "POST", path, pvc, &r, err) < 0)
                 return -1;
         if (r.status == 201 || r.status == 200 || r.status == 409)
                 return 0;
@@ -857,7 +850,7 @@ static int ensure_pvc(kube *k, rpc_call *call, const norm_spec *spec, const char
 
 /* Waits until the pod named name with uid is gone (or replaced). 0, or -1 (UNAVAILABLE
  * when it is still there at deadline). */
-static int wait_pod_gone(kube *k, rpc_call *call, const char *name, const char *uid,
+static int wait_pod_gone(kube *k, const fe_ctx *ctx, const char *name, const char *uid,
                          int64_t deadline, cs_error **err)
 {
         _cleanup_free_ char *coll = pods_path(k);
@@ -867,12 +860,12 @@ static int wait_pod_gone(kube *k, rpc_call *call, const char *name, const char *
                 uint64_t v = kube_cache_version(k->pods);
                 const char *u;
 
-                if (get_named(k, call, coll, name, &pod, err) < 0)
+                if (get_named(k, ctx, coll, name, &pod, err) < 0)
                         return -1;
                 u = kube_get_str(pod, "metadata.uid");
                 if (!pod || !u || !uid || strcmp(u, uid) != 0)
                         return 0;
-                if (cs_now_monotonic_ms() >= deadline || (call && rpc_call_cancelled(call)))
+                if (cs_now_monotonic_ms() >= deadline || fe_ctx_cancelled(ctx))
                         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
                                             "the session's previous sandbox pod %s is still "
                                             "terminating; try again",
@@ -889,14 +882,14 @@ typedef enum adopt {
 
 /* The POST met an existing pod of that name: decides whether it is the session's live
  * sandbox (*ret_pod, *ret_id), or on its way out (then waits for it to go). */
-static int adopt_existing(kube *k, rpc_call *call, const norm_spec *spec, const char *name,
+static int adopt_existing(kube *k, const fe_ctx *ctx, const norm_spec *spec, const char *name,
                           int64_t deadline, json_t **ret_pod, adopt *ret, cs_error **err)
 {
         _cleanup_free_ char *coll = pods_path(k);
         _cleanup_json_ json_t *pod = NULL, *pvc = NULL;
         const char *id;
 
-        if (get_named(k, call, coll, name, &pod, err) < 0)
+        if (get_named(k, ctx, coll, name, &pod, err) < 0)
                 return -1;
         *ret = ADOPT_RETRY;
         if (!pod)
@@ -915,7 +908,7 @@ static int adopt_existing(kube *k, rpc_call *call, const norm_spec *spec, const 
                                     "collision); not using it",
                                     k->ns, name);
         if (!being_deleted(pod)) {
-                if (get_pvc(k, call, id, &pvc, err) < 0)
+                if (get_pvc(k, ctx, id, &pvc, err) < 0)
                         return -1;
                 if (!pvc_destroyed(pvc)) {
                         kube_cache_upsert(k->pods, pod);
@@ -925,22 +918,21 @@ static int adopt_existing(kube *k, rpc_call *call, const norm_spec *spec, const 
                 }
                 /* A destroy that recorded itself on the PVC and died before deleting the pod:
                  * finish it, then make the session a new sandbox. */
-                rpc_call_log(call, CS_LOG_INFO,
-                             "finishing the interrupted destroy of sandbox %s (pod %s)", id, name);
-                if (delete_pod(k, call, pod, err) < 0)
+                fe_ctx_log(ctx, CS_LOG_INFO,
+                           "finishing the interrupted destroy of sandbox %s (pod %s)", id, name);
+                if (delete_pod(k, ctx, pod, err) < 0)
                         return -1;
         }
-        return wait_pod_gone(k, call, name, kube_get_str(pod, "metadata.uid"), deadline, err);
+        return wait_pod_gone(k, ctx, name, kube_get_str(pod, "metadata.uid"), deadline, err);
 }
 
-static int kube_create(scheduler *s, const fe_spec *in, rpc_call *call, fe_view *ret,
+static int kube_create(scheduler *s, const fe_spec *in, const fe_ctx *ctx, fe_view *ret,
                        cs_error **err)
 {
         kube *k = KUBE(s);
         _cleanup_free_ char *coll = pods_path(k);
         _cleanup_json_ json_t *pod = NULL;
-        int64_t deadline =
-                min64(rpc_call_deadline_ms(call), cs_now_monotonic_ms() + CREATE_WAIT_MS);
+        int64_t deadline = min64(ctx->deadline_ms, cs_now_monotonic_ms() + CREATE_WAIT_MS);
         char name[4 + 32 + 1];
         const char *id;
         bool created = false;
@@ -955,42 +947,42 @@ static int kube_create(scheduler *s, const fe_spec *in, rpc_call *call, fe_view 
                 char new_id[CS_UUID_STRLEN + 1];
                 adopt a;
 
-                if (cs_now_monotonic_ms() >= deadline || rpc_call_cancelled(call))
+                if (cs_now_monotonic_ms() >= deadline || fe_ctx_cancelled(ctx))
                         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
                                             "pod %s/%s kept changing while being created; try "
                                             "again",
                                             k->ns, name);
                 cs_uuid_generate(new_id);
                 body = pod_build(k, &spec, name, new_id);
-                if (api(k->kc, call, "POST", coll, body, &r, err) < 0)
+                if (api(k->kc, ctx, "POST", coll, body, &r, err) < 0)
                         return -1;
                 if (r.status == 201 || r.status == 200) {
                         kube_cache_upsert(k->pods, r.body);
                         pod = TAKE_PTR(r.body);
                         created = true;
-                        rpc_call_log(call, CS_LOG_INFO, "created pod %s/%s for sandbox %s", k->ns,
-                                     name, new_id);
+                        fe_ctx_log(ctx, CS_LOG_INFO, "created pod %s/%s for sandbox %s", k->ns,
+                                   name, new_id);
                         break;
                 }
                 if (r.status != 409)
                         return api_fail(&r, err, "creating pod %s/%s", k->ns, name);
-                if (adopt_existing(k, call, &spec, name, deadline, &pod, &a, err) < 0)
+                if (adopt_existing(k, ctx, &spec, name, deadline, &pod, &a, err) < 0)
                         return -1;
         }
         id = label(pod, LABEL_SANDBOX_ID);
         if (!id)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "pod %s/%s has no %s label", k->ns,
                                     name, LABEL_SANDBOX_ID);
-        if (ensure_pvc(k, call, &spec, id, err) < 0) {
+        if (ensure_pvc(k, ctx, &spec, id, err) < 0) {
                 /* A PVC refused for good (quota, admission) would leave the new pod Pending
                  * forever: take it back. One that may still come (UNAVAILABLE) is left for
                  * the client's retry to complete. */
                 if (created && (*err)->code != GRPC_STATUS_UNAVAILABLE) {
                         _cleanup_error_ cs_error *e = NULL;
-                        if (delete_pod(k, call, pod, &e) < 0)
-                                rpc_call_log(call, CS_LOG_WARN,
-                                             "cannot delete pod %s/%s after its PVC failed: %s",
-                                             k->ns, name, e->msg);
+                        if (delete_pod(k, ctx, pod, &e) < 0)
+                                fe_ctx_log(ctx, CS_LOG_WARN,
+                                           "cannot delete pod %s/%s after its PVC failed: %s",
+                                           k->ns, name, e->msg);
                 }
                 return -1;
         }
@@ -1005,19 +997,20 @@ static int kube_create(scheduler *s, const fe_spec *in, rpc_call *call, fe_view 
 
 /* --- describe, destroy ----------------------------------------------------------------- */
 
-static int kube_describe(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err)
+static int kube_describe(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
+                         cs_error **err)
 {
         kube *k = KUBE(s);
         _cleanup_json_ json_t *pod = NULL, *pvc = NULL;
 
-        if (find_pod(k, call, id, &pod, err) < 0 || get_pvc(k, call, id, &pvc, err) < 0)
+        if (find_pod(k, ctx, id, &pod, err) < 0 || get_pvc(k, ctx, id, &pvc, err) < 0)
                 return -1;
         if (pvc_destroyed(pvc)) {
                 view_destroyed(id, pvc, ret);
                 return 0;
         }
         if (pod) {
-                view_of_pod(k, call, id, pod, ret);
+                view_of_pod(k, ctx, id, pod, ret);
                 return 0;
         }
         if (pvc) {
@@ -1036,7 +1029,7 @@ static int kube_describe(scheduler *s, const char *id, rpc_call *call, fe_view *
  * destroys at once agree on one record. 1 when another destroy recorded it first (*pvc is
  * then re-read), 0 when this one did, -1 on failure. A missing PVC is created with the
  * record (the pod was made, the PVC never was). */
-static int record_destroy(kube *k, rpc_call *call, const char *id, json_t **pvc,
+static int record_destroy(kube *k, const fe_ctx *ctx, const char *id, json_t **pvc,
                           json_t *annotations, cs_error **err)
 {
         _cleanup_free_ char *coll = pvcs_path(k);
@@ -1049,7 +1042,7 @@ static int record_destroy(kube *k, rpc_call *call, const char *id, json_t **pvc,
                                    .size = k->size,
                                    .storage_class = k->storage_class };
                 _cleanup_json_ json_t *body = pvc_build(k, &spec, id, annotations);
-                if (api(k->kc, call, "POST", coll, body, &r, err) < 0)
+                if (api(k->kc, ctx, "POST", coll, body, &r, err) < 0)
                         return -1;
                 if (r.status == 201 || r.status == 200)
                         return 0;
@@ -1059,7 +1052,7 @@ static int record_destroy(kube *k, rpc_call *call, const char *id, json_t **pvc,
                 _cleanup_json_ json_t *patch = json_pack(
                         "{s:{s:s?, s:O}}", "metadata", "resourceVersion",
                         kube_get_str(*pvc, "metadata.resourceVersion"), "annotations", annotations);
-                if (api(k->kc, call, "PATCH", path, patch, &r, err) < 0)
+                if (api(k->kc, ctx, "PATCH", path, patch, &r, err) < 0)
                         return -1;
                 if (r.status == 200)
                         return 0;
@@ -1069,7 +1062,7 @@ static int record_destroy(kube *k, rpc_call *call, const char *id, json_t **pvc,
         /* Changed or made meanwhile: read it again and let the caller decide. */
         json_decref(*pvc);
         *pvc = NULL;
-        if (get_pvc(k, call, id, pvc, err) < 0)
+        if (get_pvc(k, ctx, id, pvc, err) < 0)
                 return -1;
         return 1;
 }
@@ -1088,23 +1081,24 @@ static json_t *destroy_annotations(kube *k, json_t *pod, json_t *pvc, const usag
                          ANN_CREATED_AT, kube_time_format(created_ms ?: now, created));
 }
 
-static int kube_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err)
+static int kube_destroy(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
+                        cs_error **err)
 {
         kube *k = KUBE(s);
         _cleanup_json_ json_t *pod = NULL, *pvc = NULL;
         usage_metrics usage = { 0 };
         const char *phase;
 
-        if (find_pod(k, call, id, &pod, err) < 0 || get_pvc(k, call, id, &pvc, err) < 0)
+        if (find_pod(k, ctx, id, &pod, err) < 0 || get_pvc(k, ctx, id, &pvc, err) < 0)
                 return -1;
         if (!pod && !pvc)
                 return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox %s", id);
         phase = kube_get_str(pod, "status.phase");
         if (!pvc_destroyed(pvc) && phase && strcmp(phase, "Running") == 0 && !being_deleted(pod)) {
                 _cleanup_error_ cs_error *e = NULL;
-                if (agent_usage(k, call, id, pod, &usage, &e) < 0)
-                        rpc_call_log(call, CS_LOG_WARN,
-                                     "final usage not available, recorded as zero: %s", e->msg);
+                if (agent_usage(k, ctx, id, pod, &usage, &e) < 0)
+                        fe_ctx_log(ctx, CS_LOG_WARN,
+                                   "final usage not available, recorded as zero: %s", e->msg);
         }
         for (int attempt = 0; !pvc_destroyed(pvc); attempt++) {
                 _cleanup_json_ json_t *ann = NULL;
@@ -1114,7 +1108,7 @@ static int kube_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *r
                         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
                                             "PVC ws-%s keeps changing; try again", id);
                 ann = destroy_annotations(k, pod, pvc, &usage, cs_now_realtime_ms());
-                r = record_destroy(k, call, id, &pvc, ann, err);
+                r = record_destroy(k, ctx, id, &pvc, ann, err);
                 if (r < 0)
                         return -1;
                 if (r == 0) {
@@ -1124,7 +1118,7 @@ static int kube_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *r
                         pvc = json_pack("{s:{s:O}}", "metadata", "annotations", ann);
                 }
         }
-        if (pod && delete_pod(k, call, pod, err) < 0)
+        if (pod && delete_pod(k, ctx, pod, err) < 0)
                 return -1;
         view_destroyed(id, pvc, ret);
         return 0;
@@ -1133,11 +1127,11 @@ static int kube_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *r
 /* --- route ----------------------------------------------------------------------------- */
 
 /* Why calls cannot reach a sandbox whose pod is gone or going. */
-static int not_routable(kube *k, rpc_call *call, const char *id, json_t *pod, cs_error **err)
+static int not_routable(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, cs_error **err)
 {
         _cleanup_json_ json_t *pvc = NULL;
 
-        if (get_pvc(k, call, id, &pvc, err) < 0)
+        if (get_pvc(k, ctx, id, &pvc, err) < 0)
                 return -1;
         if (pvc_destroyed(pvc))
                 return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION, "sandbox %s is DESTROYED",
@@ -1160,31 +1154,33 @@ static int failed_precondition(const char *id, json_t *pod, cs_error **err)
                             reason ?: "", msg ? ": " : "", msg ?: "");
 }
 
-static int kube_route(scheduler *s, const char *id, rpc_call *call, fe_route *ret, cs_error **err)
+static int kube_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route *ret,
+                      cs_error **err)
 {
         kube *k = KUBE(s);
         int64_t start = cs_now_monotonic_ms();
-        int64_t deadline = min64(rpc_call_deadline_ms(call), start + k->wait_ready_ms);
+        int64_t deadline = min64(ctx->deadline_ms, start + k->wait_ready_ms);
         bool fresh = false;
 
         for (;;) {
                 _cleanup_json_ json_t *pod = NULL;
                 uint64_t v = kube_cache_version(k->pods);
 
-                if (find_pod_fresh(k, call, id, fresh, &pod, err) < 0)
+                if (find_pod_fresh(k, ctx, id, fresh, &pod, err) < 0)
                         return -1;
                 if (!pod || being_deleted(pod))
-                        return not_routable(k, call, id, pod, err);
+                        return not_routable(k, ctx, id, pod, err);
                 switch (pod_status(pod)) {
                 case FE_STATUS_READY: {
-                        /* The channel is held until the call ends (the route borrows it). */
+                        /* The channel is held until the caller releases the route. */
                         channel_hold *h = cs_xcalloc(1, sizeof(*h));
                         if (route_of_pod(k, id, pod, ret, &h->c, err) < 0) {
                                 free(h);
                                 return -1;
                         }
                         h->k = k;
-                        rpc_call_defer(call, channel_hold_end, h);
+                        ret->release = channel_hold_end;
+                        ret->release_arg = h;
                         return 0;
                 }
                 case FE_STATUS_FAILED:
@@ -1192,8 +1188,8 @@ static int kube_route(scheduler *s, const char *id, rpc_call *call, fe_route *re
                 default:
                         break;
                 }
-                if (rpc_call_cancelled(call))
-                        return cs_error_set(err, rpc_call_cancel_status(call),
+                if (fe_ctx_cancelled(ctx))
+                        return cs_error_set(err, fe_ctx_cancel_status(ctx),
                                             "cancelled while sandbox %s was STARTING", id);
                 if (cs_now_monotonic_ms() >= deadline)
                         return cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,

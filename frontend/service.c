@@ -78,6 +78,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         Compute__V1__CreateSandboxResponse *resp = (void *)resp_msg;
         const Compute__V1__WorkspaceSpec *ws = req->workspace;
         const Compute__V1__ResourceLimits *lim = req->limits;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_view v = { 0 };
         fe_spec spec = {
                 .tenant_id = req->tenant_id,
@@ -98,7 +99,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         if (spec.max_runtime_ms < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "limits.max_runtime is negative");
-        if (svc.sched->ops->create(svc.sched, &spec, call, &v, err) < 0)
+        if (svc.sched->ops->create(svc.sched, &spec, &ctx, &v, err) < 0)
                 return -1;
         rpc_call_set_sandbox_id(call, v.id);
         rpc_call_log(call, CS_LOG_INFO, "sandbox for tenant %s session %s", req->tenant_id,
@@ -115,12 +116,13 @@ static int h_describe(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufC
 {
         const Compute__V1__DescribeSandboxRequest *req = (const void *)req_msg;
         Compute__V1__DescribeSandboxResponse *resp = (void *)resp_msg;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_view v = { 0 };
         int64_t end;
 
         (void)userdata;
         if (check_sandbox_id(call, req->sandbox_id, err) < 0 ||
-            svc.sched->ops->describe(svc.sched, req->sandbox_id, call, &v, err) < 0)
+            svc.sched->ops->describe(svc.sched, req->sandbox_id, &ctx, &v, err) < 0)
                 return -1;
         /* A destroyed sandbox's uptime stops at its destruction. */
         end = v.destroyed_at_ms ? v.destroyed_at_ms : cs_now_realtime_ms();
@@ -138,11 +140,12 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
 {
         const Compute__V1__DestroySandboxRequest *req = (const void *)req_msg;
         Compute__V1__DestroySandboxResponse *resp = (void *)resp_msg;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_view v = { 0 };
 
         (void)userdata;
         if (check_sandbox_id(call, req->sandbox_id, err) < 0 ||
-            svc.sched->ops->destroy(svc.sched, req->sandbox_id, call, &v, err) < 0)
+            svc.sched->ops->destroy(svc.sched, req->sandbox_id, &ctx, &v, err) < 0)
                 return -1;
         rpc_call_log(call, CS_LOG_INFO, "sandbox destroyed");
         resp->sandbox_id = req->sandbox_id;
@@ -160,6 +163,7 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         Nodeagent__V1__ExecRequest__EnvEntry *env;
         rpc_call_options opts = { .parent = call };
         rpc_stream *st = NULL;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_route route;
         int r;
 
@@ -170,7 +174,7 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "command is empty");
         if (pb_duration_ms(req->timeout) < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "timeout is negative");
-        if (svc.sched->ops->route(svc.sched, req->sandbox_id, call, &route, err) < 0)
+        if (svc.sched->ops->route(svc.sched, req->sandbox_id, &ctx, &route, err) < 0)
                 return -1;
 
         out.ref = route_ref(call, &route);
@@ -191,30 +195,33 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         }
         /* The agent's stream is a child of this call: cancelling this one cancels it, and
          * one message is relayed at a time, so backpressure reaches the process. */
-        if (rpc_stream_open(route.channel, NA("Exec"), &out.base,
-                            &compute__v1__exec_event__descriptor, &opts, &st, err) < 0)
-                return -1;
-        r = rpc_stream_relay(call, st, NULL, NULL, err);
+        r = rpc_stream_open(route.channel, NA("Exec"), &out.base,
+                            &compute__v1__exec_event__descriptor, &opts, &st, err);
+        if (r == 0)
+                r = rpc_stream_relay(call, st, NULL, NULL, err);
         rpc_stream_free(st);
+        fe_route_release(&route);
         return r;
 }
 
 /* --- files ----------------------------------------------------------------------------- */
 
-/* Sends req to the agent on `route` and answers with the agent's response as it is: the
- * agent's file calls answer with the compute.v1 message this call answers with, so the
+/* Sends req to the agent on `route`, releases the route, and answers with the agent's response as
+ * it is: the agent's file calls answer with the compute.v1 message this call answers with, so the
  * bytes (up to 16 MiB of file data) pass through undecoded. `data`, when given, is sent as
  * req's "data" field from the slices it arrived in (WriteFile's 16 MiB, never copied). */
-static int relay_unary(rpc_call *call, const fe_route *route, const char *method,
-                       ProtobufCMessage *req, const rpc_bytes *data, cs_error **err)
+static int relay_unary(rpc_call *call, fe_route *route, const char *method, ProtobufCMessage *req,
+                       const rpc_bytes *data, cs_error **err)
 {
         rpc_call_options opts = { .timeout_ms = svc.agent_timeout_ms,
                                   .parent = call,
                                   .bytes_field = data ? "data" : NULL,
                                   .bytes = data };
         grpc_byte_buffer *got = NULL;
+        int r = rpc_unary_raw(route->channel, method, req, &opts, &got, err);
 
-        if (rpc_unary_raw(route->channel, method, req, &opts, &got, err) < 0)
+        fe_route_release(route);
+        if (r < 0)
                 return -1;
         rpc_call_respond_raw(call, got);
         return 0;
@@ -224,9 +231,11 @@ static int relay_unary(rpc_call *call, const fe_route *route, const char *method
 static int file_route(rpc_call *call, const char *id, const char *path, bool allow_empty,
                       fe_route *ret, cs_error **err)
 {
+        fe_ctx ctx = fe_ctx_from_call(call);
+
         if (check_sandbox_id(call, id, err) < 0 || check_path(path, allow_empty, err) < 0)
                 return -1;
-        return svc.sched->ops->route(svc.sched, id, call, ret, err);
+        return svc.sched->ops->route(svc.sched, id, &ctx, ret, err);
 }
 
 static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
