@@ -107,17 +107,27 @@ static int fake_create(scheduler *s, const fe_spec *spec, const fe_ctx *ctx, fe_
         return 0;
 }
 
-static int fake_describe(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
-                         cs_error **err)
+/* The op's common start: the injected failure, else the sandbox id names (NOT_FOUND for an
+ * id this fake never made). */
+static fake_sandbox *fake_lookup(fake *f, const fe_ctx *ctx, const char *id, cs_error **err)
 {
-        fake *f = (fake *)s;
         fake_sandbox *sb;
 
         if (fake_enter(f, ctx, err) < 0)
-                return -1;
+                return NULL;
         sb = fake_find(f, id);
         if (!sb)
-                return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox %s", id);
+                cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox %s", id);
+        return sb;
+}
+
+static int fake_describe(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
+                         cs_error **err)
+{
+        fake_sandbox *sb = fake_lookup((fake *)s, ctx, id, err);
+
+        if (!sb)
+                return -1;
         fake_view(sb, ret);
         return 0;
 }
@@ -125,14 +135,10 @@ static int fake_describe(scheduler *s, const char *id, const fe_ctx *ctx, fe_vie
 static int fake_destroy(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
                         cs_error **err)
 {
-        fake *f = (fake *)s;
-        fake_sandbox *sb;
+        fake_sandbox *sb = fake_lookup((fake *)s, ctx, id, err);
 
-        if (fake_enter(f, ctx, err) < 0)
-                return -1;
-        sb = fake_find(f, id);
         if (!sb)
-                return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox %s", id);
+                return -1;
         if (sb->status != FE_STATUS_DESTROYED) {
                 sb->status = FE_STATUS_DESTROYED;
                 sb->destroyed_at_ms = 5000;
@@ -151,10 +157,8 @@ static int fake_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route 
 {
         fake *f = (fake *)s;
 
-        if (fake_enter(f, ctx, err) < 0)
+        if (!fake_lookup(f, ctx, id, err))
                 return -1;
-        if (!fake_find(f, id))
-                return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox %s", id);
         memset(ret, 0, sizeof(*ret));
         snprintf(ret->sandbox_id, sizeof(ret->sandbox_id), "%s", id);
         ret->release = fake_release;

@@ -25,20 +25,7 @@ static const char *str_at(json_t *obj, const char *dotted)
         return kube_get_str(obj, dotted);
 }
 
-static json_int_t int_at(json_t *obj, const char *dotted)
-{
-        /* kube_get_str reads strings only; walk the dots for other values. */
-        char buf[256], *save = NULL;
-        json_t *o = obj;
-
-        snprintf(buf, sizeof(buf), "%s", dotted);
-        for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save))
-                o = json_object_get(o, k);
-        assert_non_null(o);
-        assert_true(json_is_integer(o));
-        return json_integer_value(o);
-}
-
+/* The value at a dotted path of objects (kube_get_str reads strings only), or NULL. */
 static json_t *at(json_t *obj, const char *dotted)
 {
         char buf[256], *save = NULL;
@@ -48,6 +35,15 @@ static json_t *at(json_t *obj, const char *dotted)
         for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save))
                 o = json_object_get(o, k);
         return o;
+}
+
+static json_int_t int_at(json_t *obj, const char *dotted)
+{
+        json_t *o = at(obj, dotted);
+
+        assert_non_null(o);
+        assert_true(json_is_integer(o));
+        return json_integer_value(o);
 }
 
 static kobj_spec full_spec(void)
