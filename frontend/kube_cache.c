@@ -536,26 +536,6 @@ int kube_cache_wait_synced(kube_cache *c, int64_t timeout_ms, cs_error **err)
         return 0;
 }
 
-bool kube_cache_synced(kube_cache *c)
-{
-        bool r;
-
-        pthread_mutex_lock(&c->lock);
-        r = c->synced;
-        pthread_mutex_unlock(&c->lock);
-        return r;
-}
-
-json_t *kube_cache_get(kube_cache *c, const char *name)
-{
-        json_t *obj;
-
-        pthread_mutex_lock(&c->lock);
-        obj = json_incref(json_object_get(c->objects, name));
-        pthread_mutex_unlock(&c->lock);
-        return obj;
-}
-
 json_t *kube_cache_find(kube_cache *c, kube_cache_match_fn match, void *userdata)
 {
         const char *name;

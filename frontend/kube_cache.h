@@ -42,10 +42,6 @@ void kube_cache_free(kube_cache *c);
 /* Waits until the first LIST has completed. 0, or -1 with *err: UNAVAILABLE on timeout,
  * carrying the last failure's message (e.g. the API server unreachable, or 403). */
 int kube_cache_wait_synced(kube_cache *c, int64_t timeout_ms, cs_error **err);
-bool kube_cache_synced(kube_cache *c);
-
-/* The object named name, as a new reference (json_decref it), or NULL. */
-json_t *kube_cache_get(kube_cache *c, const char *name);
 
 /* The first object for which match returns true (called under the cache's lock: it must not
  * call back into the cache), as a new reference, or NULL. */

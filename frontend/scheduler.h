@@ -1,13 +1,16 @@
 /* The frontend's scheduler seam: where sandboxes are created and which node agent serves a
  * sandbox. One ops table per backend: local (node agents given on the command line) and
  * kube (Pods and PVCs through the Kubernetes API server, agents found from their DaemonSet's
- * pods). */
+ * pods). The ops take an fe_ctx, not the gRPC call, so that a test can call them (and put a
+ * fake behind them) without a live call. scheduler.c holds the helpers of these types. */
 #pragma once
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
+#include "log.h"
 #include "path.h"
 #include "rpc.h"
 #include "usage.h"
@@ -39,27 +42,68 @@ typedef struct fe_view {
 
 void fe_view_clear(fe_view *v);
 
-/* Where calls for one sandbox go: a channel to its node agent (borrowed: valid while the
- * scheduler lives) and how that agent names it. */
+/* What an op needs of the request it serves: when to give up, and whom to log for. Built by
+ * the service from its gRPC call (fe_ctx_from_call), or by a test or the GC by hand. Borrowed
+ * by the op for its duration; the op never keeps it. */
+typedef struct fe_ctx {
+        int64_t deadline_ms; /* monotonic clock; INT64_MAX: none */
+        int cancel_fd;       /* readable once the caller has given up (never read); -1: never */
+        /* Calls to node agents are made as children of this server call (cancelled with it,
+         * inheriting its deadline and request id), and log lines carry its ids. NULL outside
+         * a gRPC call: agent calls then have only their own timeout. */
+        rpc_call *parent;
+} fe_ctx;
+
+/* A context with no deadline, never cancelled, outside any call (the GC pass). */
+#define FE_CTX_NONE ((fe_ctx){ .deadline_ms = INT64_MAX, .cancel_fd = -1, .parent = NULL })
+
+/* The context of a server call: its deadline, its cancellation fd, the call as parent. */
+fe_ctx fe_ctx_from_call(rpc_call *call);
+
+/* Whether the caller has given up (its cancel_fd is readable). */
+bool fe_ctx_cancelled(const fe_ctx *ctx);
+
+/* Why a cancelled context was: DEADLINE_EXCEEDED once its deadline passed, else CANCELLED. */
+grpc_status_code fe_ctx_cancel_status(const fe_ctx *ctx);
+
+/* Sleeps ms, or until the context is cancelled, whichever comes first. */
+void fe_ctx_sleep(const fe_ctx *ctx, int64_t ms);
+
+/* Logs one line: with the parent call's request and sandbox ids, or plainly without one. */
+void fe_ctx_log(const fe_ctx *ctx, cs_log_level level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+/* Where calls for one sandbox go: a channel to its node agent and how that agent names it.
+ * The channel is valid until fe_route_release(), which the holder calls once the calls made
+ * on it have ended (a kube route holds its pooled channel; a local one holds nothing). */
 typedef struct fe_route {
         rpc_channel *channel;
         char sandbox_id[64];
         /* kube mode: the PodRef the agent looks the sandbox up by */
         char pod_namespace[64], pod_name[256], pod_uid[64];
         char mount_path[CS_MOUNT_PATH_MAX + 1];
+        void (*release)(void *arg); /* NULL: nothing to release */
+        void *release_arg;
 } fe_route;
+
+/* Runs the route's release once; the route is unusable afterwards. NULL-safe. */
+void fe_route_release(fe_route *route);
 
 typedef struct scheduler scheduler;
 
 typedef struct scheduler_ops {
         const char *name;
         /* Creates the session's sandbox, or returns the one it already has. */
-        int (*create)(scheduler *s, const fe_spec *spec, rpc_call *call, fe_view *ret,
+        int (*create)(scheduler *s, const fe_spec *spec, const fe_ctx *ctx, fe_view *ret,
                       cs_error **err);
-        int (*describe)(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err);
-        int (*destroy)(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err);
-        /* NOT_FOUND for a sandbox no agent has; UNAVAILABLE when its agent is unreachable. */
-        int (*route)(scheduler *s, const char *id, rpc_call *call, fe_route *ret, cs_error **err);
+        int (*describe)(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
+                        cs_error **err);
+        int (*destroy)(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
+                       cs_error **err);
+        /* NOT_FOUND for a sandbox no agent has; UNAVAILABLE when its agent is unreachable.
+         * *ret is the caller's to fe_route_release() on success. */
+        int (*route)(scheduler *s, const char *id, const fe_ctx *ctx, fe_route *ret,
+                     cs_error **err);
         void (*free)(scheduler *s);
 } scheduler_ops;
 

@@ -60,17 +60,29 @@ typedef struct local {
 
 #define LOCAL(s) ((local *)(s))
 
-void fe_view_clear(fe_view *v)
+/* The one reading of an agent's SandboxInfo.status (compute.v1.SandboxStatus); a value this
+ * frontend does not know is UNSPECIFIED. */
+static fe_status status_of_agent(int status)
 {
-        free(v->id);
-        memset(v, 0, sizeof(*v));
+        switch (status) {
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_STARTING:
+                return FE_STATUS_STARTING;
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_READY:
+                return FE_STATUS_READY;
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_FAILED:
+                return FE_STATUS_FAILED;
+        case COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_DESTROYED:
+                return FE_STATUS_DESTROYED;
+        default:
+                return FE_STATUS_UNSPECIFIED;
+        }
 }
 
 static void view_from_info(const Nodeagent__V1__SandboxInfo *in, fe_view *ret)
 {
         memset(ret, 0, sizeof(*ret));
         ret->id = cs_xstrdup(in->sandbox_id);
-        ret->status = (fe_status)in->status;
+        ret->status = status_of_agent(in->status);
         ret->created_at_ms = pb_timestamp_ms(in->created_at);
         ret->destroyed_at_ms = pb_timestamp_ms(in->destroyed_at);
         pb_usage_read(in->usage, &ret->usage);
@@ -111,7 +123,7 @@ static void map_learn_locked(local *l, int agent_idx, const Nodeagent__V1__Sandb
                 l->map = e;
         }
         e->agent = agent_idx;
-        e->destroyed = in->status == COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_DESTROYED;
+        e->destroyed = status_of_agent(in->status) == FE_STATUS_DESTROYED;
 }
 
 static void map_forget_locked(local *l, const char *id)
@@ -140,10 +152,10 @@ static void map_forget_locked(local *l, const char *id)
 #define DOWN_AFTER_CHECKS 2
 
 static int agent_call_timeout(local *l, int idx, const char *method, const ProtobufCMessage *req,
-                              const ProtobufCMessageDescriptor *resp_desc, rpc_call *parent,
+                              const ProtobufCMessageDescriptor *resp_desc, const fe_ctx *ctx,
                               int64_t timeout_ms, ProtobufCMessage **ret, cs_error **err)
 {
-        rpc_call_options opts = { .timeout_ms = timeout_ms, .parent = parent };
+        rpc_call_options opts = { .timeout_ms = timeout_ms, .parent = ctx ? ctx->parent : NULL };
         int r = rpc_unary(l->agents[idx].ch, method, req, resp_desc, &opts, ret, err);
 
         /* Whether the agent is down is the health checks' call (agent_poll). */
@@ -153,11 +165,11 @@ static int agent_call_timeout(local *l, int idx, const char *method, const Proto
 }
 
 static int agent_call(local *l, int idx, const char *method, const ProtobufCMessage *req,
-                      const ProtobufCMessageDescriptor *resp_desc, rpc_call *parent,
+                      const ProtobufCMessageDescriptor *resp_desc, const fe_ctx *ctx,
                       ProtobufCMessage **ret, cs_error **err)
 {
-        return agent_call_timeout(l, idx, method, req, resp_desc, parent, l->cfg.agent_timeout_ms,
-                                  ret, err);
+        return agent_call_timeout(l, idx, method, req, resp_desc, ctx, l->cfg.agent_timeout_ms, ret,
+                                  err);
 }
 
 /* Lists every sandbox an agent holds (destroyed ones too) into the map. */
@@ -300,7 +312,7 @@ static int place_locked(local *l, cs_error **err)
         return best;
 }
 
-static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, rpc_call *call,
+static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, const fe_ctx *ctx,
                         fe_view *ret, cs_error **err)
 {
         Nodeagent__V1__CreateSandboxRequest req = NODEAGENT__V1__CREATE_SANDBOX_REQUEST__INIT;
@@ -320,7 +332,7 @@ static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, 
                 req.max_runtime = &max_runtime;
         }
         if (agent_call(l, idx, NA("CreateSandbox"), &req.base,
-                       &nodeagent__v1__create_sandbox_response__descriptor, call,
+                       &nodeagent__v1__create_sandbox_response__descriptor, ctx,
                        (ProtobufCMessage **)&resp, err) < 0)
                 return -1;
         pthread_mutex_lock(&l->lock);
@@ -331,7 +343,7 @@ static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, 
         return 0;
 }
 
-static int local_create(scheduler *s, const fe_spec *spec, rpc_call *call, fe_view *ret,
+static int local_create(scheduler *s, const fe_spec *spec, const fe_ctx *ctx, fe_view *ret,
                         cs_error **err)
 {
         local *l = LOCAL(s);
@@ -354,7 +366,7 @@ static int local_create(scheduler *s, const fe_spec *spec, rpc_call *call, fe_vi
                         idx = place_locked(l, err);
                 }
                 pthread_mutex_unlock(&l->lock);
-                r = idx < 0 ? -1 : agent_create(l, idx, id, spec, call, ret, err);
+                r = idx < 0 ? -1 : agent_create(l, idx, id, spec, ctx, ret, err);
                 if (r < 0 || ret->status != FE_STATUS_DESTROYED)
                         break;
                 fe_view_clear(ret);
@@ -364,7 +376,7 @@ static int local_create(scheduler *s, const fe_spec *spec, rpc_call *call, fe_vi
 }
 
 /* Finds the agent holding id: the map, else every reachable agent. */
-static int locate(local *l, const char *id, rpc_call *call, int *ret_idx, cs_error **err)
+static int locate(local *l, const char *id, const fe_ctx *ctx, int *ret_idx, cs_error **err)
 {
         bool unreachable = false;
         entry *e;
@@ -393,7 +405,7 @@ static int locate(local *l, const char *id, rpc_call *call, int *ret_idx, cs_err
                 ref.sandbox_id = (char *)id;
                 req.ref = &ref;
                 if (agent_call(l, i, NA("GetSandbox"), &req.base,
-                               &nodeagent__v1__get_sandbox_response__descriptor, call,
+                               &nodeagent__v1__get_sandbox_response__descriptor, ctx,
                                (ProtobufCMessage **)&resp, &e2) == 0) {
                         pthread_mutex_lock(&l->lock);
                         map_learn_locked(l, i, resp->sandbox);
@@ -423,7 +435,7 @@ static void forget_if_gone(local *l, const char *id, cs_error *err)
         }
 }
 
-static int local_describe(scheduler *s, const char *id, rpc_call *call, fe_view *ret,
+static int local_describe(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
                           cs_error **err)
 {
         local *l = LOCAL(s);
@@ -432,12 +444,12 @@ static int local_describe(scheduler *s, const char *id, rpc_call *call, fe_view 
         Nodeagent__V1__GetSandboxResponse *resp = NULL;
         int idx;
 
-        if (locate(l, id, call, &idx, err) < 0)
+        if (locate(l, id, ctx, &idx, err) < 0)
                 return -1;
         ref.sandbox_id = (char *)id;
         req.ref = &ref;
         if (agent_call(l, idx, NA("GetSandbox"), &req.base,
-                       &nodeagent__v1__get_sandbox_response__descriptor, call,
+                       &nodeagent__v1__get_sandbox_response__descriptor, ctx,
                        (ProtobufCMessage **)&resp, err) < 0) {
                 forget_if_gone(l, id, *err);
                 return -1;
@@ -447,7 +459,8 @@ static int local_describe(scheduler *s, const char *id, rpc_call *call, fe_view 
         return 0;
 }
 
-static int local_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *ret, cs_error **err)
+static int local_destroy(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
+                         cs_error **err)
 {
         local *l = LOCAL(s);
         Nodeagent__V1__DestroySandboxRequest req = NODEAGENT__V1__DESTROY_SANDBOX_REQUEST__INIT;
@@ -455,12 +468,12 @@ static int local_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *
         Nodeagent__V1__DestroySandboxResponse *resp = NULL;
         int idx;
 
-        if (locate(l, id, call, &idx, err) < 0)
+        if (locate(l, id, ctx, &idx, err) < 0)
                 return -1;
         ref.sandbox_id = (char *)id;
         req.ref = &ref;
         if (agent_call(l, idx, NA("DestroySandbox"), &req.base,
-                       &nodeagent__v1__destroy_sandbox_response__descriptor, call,
+                       &nodeagent__v1__destroy_sandbox_response__descriptor, ctx,
                        (ProtobufCMessage **)&resp, err) < 0) {
                 forget_if_gone(l, id, *err);
                 return -1;
@@ -473,12 +486,13 @@ static int local_destroy(scheduler *s, const char *id, rpc_call *call, fe_view *
         return 0;
 }
 
-static int local_route(scheduler *s, const char *id, rpc_call *call, fe_route *ret, cs_error **err)
+static int local_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route *ret,
+                       cs_error **err)
 {
         local *l = LOCAL(s);
         int idx;
 
-        if (locate(l, id, call, &idx, err) < 0)
+        if (locate(l, id, ctx, &idx, err) < 0)
                 return -1;
         memset(ret, 0, sizeof(*ret));
         ret->channel = l->agents[idx].ch;

@@ -1,5 +1,6 @@
-/* compute.v1.ComputeService: validation first, then the scheduler (lifecycle) or the node
- * agent that holds the sandbox (exec and files, relayed). */
+/* compute.v1.ComputeService: protobuf in, service_core.c's checks and scheduler call, protobuf
+ * out; exec and file calls relayed to the node agent that holds the sandbox. Owns the
+ * registered copy of the frontend_service; touches the calls it serves. */
 #include "service.h"
 
 #include <stdio.h>
@@ -8,49 +9,14 @@
 #include "compute/v1/compute.pb-c.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "pbconv.h"
+#include "service_core.h"
 #include "util.h"
-#include "uuid.h"
 
 #define NA(name) "/nodeagent.v1.NodeAgent/" name
-/* tenant_id and session_id: at most this many bytes, printable ASCII. */
-#define FE_ID_MAX 128
 
 static frontend_service svc;
 
-/* --- conversions and checks ------------------------------------------------------------ */
-
-static int check_sandbox_id(rpc_call *call, const char *id, cs_error **err)
-{
-        if (!cs_uuid_valid(id))
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "sandbox_id is not a valid UUID");
-        rpc_call_set_sandbox_id(call, id);
-        return 0;
-}
-
-static int check_id(const char *name, const char *v, cs_error **err)
-{
-        size_t len = strlen(v);
-
-        if (len == 0)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is empty", name);
-        if (len > FE_ID_MAX)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is longer than %d bytes",
-                                    name, FE_ID_MAX);
-        for (const char *p = v; *p; p++) {
-                if (*p < 0x21 || *p > 0x7e)
-                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                            "%s must be printable ASCII without spaces", name);
-        }
-        return 0;
-}
-
-static int check_path(const char *path, bool allow_empty, cs_error **err)
-{
-        if (!allow_empty && !path[0])
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "path is empty");
-        return 0;
-}
+/* --- conversions ----------------------------------------------------------------------- */
 
 static Nodeagent__V1__SandboxRef *route_ref(rpc_call *call, const fe_route *route)
 {
@@ -79,11 +45,12 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         Compute__V1__CreateSandboxResponse *resp = (void *)resp_msg;
         const Compute__V1__WorkspaceSpec *ws = req->workspace;
         const Compute__V1__ResourceLimits *lim = req->limits;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_view v = { 0 };
         fe_spec spec = {
                 .tenant_id = req->tenant_id,
                 .session_id = req->session_id,
-                .image = req->image[0] ? req->image : svc.default_image,
+                .image = req->image,
                 .storage_class = ws ? ws->storage_class : "",
                 .size = ws ? ws->size : "",
                 .mount_path = ws ? ws->mount_path : "",
@@ -93,13 +60,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         };
 
         (void)userdata;
-        if (check_id("tenant_id", req->tenant_id, err) < 0 ||
-            check_id("session_id", req->session_id, err) < 0)
-                return -1;
-        if (spec.max_runtime_ms < 0)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "limits.max_runtime is negative");
-        if (svc.sched->ops->create(svc.sched, &spec, call, &v, err) < 0)
+        if (fe_service_create(&svc, &spec, &ctx, &v, err) < 0)
                 return -1;
         rpc_call_set_sandbox_id(call, v.id);
         rpc_call_log(call, CS_LOG_INFO, "sandbox for tenant %s session %s", req->tenant_id,
@@ -116,19 +77,16 @@ static int h_describe(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufC
 {
         const Compute__V1__DescribeSandboxRequest *req = (const void *)req_msg;
         Compute__V1__DescribeSandboxResponse *resp = (void *)resp_msg;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_view v = { 0 };
-        int64_t end;
 
         (void)userdata;
-        if (check_sandbox_id(call, req->sandbox_id, err) < 0 ||
-            svc.sched->ops->describe(svc.sched, req->sandbox_id, call, &v, err) < 0)
+        if (fe_service_describe(&svc, req->sandbox_id, &ctx, &v, err) < 0)
                 return -1;
-        /* A destroyed sandbox's uptime stops at its destruction. */
-        end = v.destroyed_at_ms ? v.destroyed_at_ms : cs_now_realtime_ms();
         resp->sandbox_id = req->sandbox_id;
         resp->status = (Compute__V1__SandboxStatus)v.status;
         resp->created_at = pb_timestamp(call, v.created_at_ms);
-        resp->current_uptime = pb_duration(call, end > v.created_at_ms ? end - v.created_at_ms : 0);
+        resp->current_uptime = pb_duration(call, fe_view_uptime_ms(&v, cs_now_realtime_ms()));
         resp->current_usage = pb_usage(call, &v.usage);
         fe_view_clear(&v);
         return 0;
@@ -139,11 +97,11 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
 {
         const Compute__V1__DestroySandboxRequest *req = (const void *)req_msg;
         Compute__V1__DestroySandboxResponse *resp = (void *)resp_msg;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_view v = { 0 };
 
         (void)userdata;
-        if (check_sandbox_id(call, req->sandbox_id, err) < 0 ||
-            svc.sched->ops->destroy(svc.sched, req->sandbox_id, call, &v, err) < 0)
+        if (fe_service_destroy(&svc, req->sandbox_id, &ctx, &v, err) < 0)
                 return -1;
         rpc_call_log(call, CS_LOG_INFO, "sandbox destroyed");
         resp->sandbox_id = req->sandbox_id;
@@ -161,17 +119,13 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         Nodeagent__V1__ExecRequest__EnvEntry *env;
         rpc_call_options opts = { .parent = call };
         rpc_stream *st = NULL;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_route route;
         int r;
 
         (void)userdata;
-        if (check_sandbox_id(call, req->sandbox_id, err) < 0)
-                return -1;
-        if (!req->command[0])
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "command is empty");
-        if (pb_duration_ms(req->timeout) < 0)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "timeout is negative");
-        if (svc.sched->ops->route(svc.sched, req->sandbox_id, call, &route, err) < 0)
+        if (fe_service_exec_route(&svc, req->sandbox_id, req->command, pb_duration_ms(req->timeout),
+                                  &ctx, &route, err) < 0)
                 return -1;
 
         out.ref = route_ref(call, &route);
@@ -192,42 +146,36 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         }
         /* The agent's stream is a child of this call: cancelling this one cancels it, and
          * one message is relayed at a time, so backpressure reaches the process. */
-        if (rpc_stream_open(route.channel, NA("Exec"), &out.base,
-                            &compute__v1__exec_event__descriptor, &opts, &st, err) < 0)
-                return -1;
-        r = rpc_stream_relay(call, st, NULL, NULL, err);
+        r = rpc_stream_open(route.channel, NA("Exec"), &out.base,
+                            &compute__v1__exec_event__descriptor, &opts, &st, err);
+        if (r == 0)
+                r = rpc_stream_relay(call, st, NULL, NULL, err);
         rpc_stream_free(st);
+        fe_route_release(&route);
         return r;
 }
 
 /* --- files ----------------------------------------------------------------------------- */
 
-/* Sends req to the agent on `route` and answers with the agent's response as it is: the
- * agent's file calls answer with the compute.v1 message this call answers with, so the
+/* Sends req to the agent on `route`, releases the route, and answers with the agent's response as
+ * it is: the agent's file calls answer with the compute.v1 message this call answers with, so the
  * bytes (up to 16 MiB of file data) pass through undecoded. `data`, when given, is sent as
  * req's "data" field from the slices it arrived in (WriteFile's 16 MiB, never copied). */
-static int relay_unary(rpc_call *call, const fe_route *route, const char *method,
-                       ProtobufCMessage *req, const rpc_bytes *data, cs_error **err)
+static int relay_unary(rpc_call *call, fe_route *route, const char *method, ProtobufCMessage *req,
+                       const rpc_bytes *data, cs_error **err)
 {
         rpc_call_options opts = { .timeout_ms = svc.agent_timeout_ms,
                                   .parent = call,
                                   .bytes_field = data ? "data" : NULL,
                                   .bytes = data };
         grpc_byte_buffer *got = NULL;
+        int r = rpc_unary_raw(route->channel, method, req, &opts, &got, err);
 
-        if (rpc_unary_raw(route->channel, method, req, &opts, &got, err) < 0)
+        fe_route_release(route);
+        if (r < 0)
                 return -1;
         rpc_call_respond_raw(call, got);
         return 0;
-}
-
-/* Checks the id and path, and finds the sandbox's agent. */
-static int file_route(rpc_call *call, const char *id, const char *path, bool allow_empty,
-                      fe_route *ret, cs_error **err)
-{
-        if (check_sandbox_id(call, id, err) < 0 || check_path(path, allow_empty, err) < 0)
-                return -1;
-        return svc.sched->ops->route(svc.sched, id, call, ret, err);
 }
 
 static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
@@ -235,13 +183,12 @@ static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
 {
         const Compute__V1__ReadFileRequest *req = (const void *)req_msg;
         Nodeagent__V1__ReadFileRequest out = NODEAGENT__V1__READ_FILE_REQUEST__INIT;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_route route;
 
         (void)userdata;
-        if (req->offset < 0 || req->max_bytes < 0)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "offset and max_bytes must not be negative");
-        if (file_route(call, req->sandbox_id, req->path, false, &route, err) < 0)
+        if (fe_service_read_route(&svc, req->sandbox_id, req->path, req->offset, req->max_bytes,
+                                  &ctx, &route, err) < 0)
                 return -1;
         out.ref = route_ref(call, &route);
         out.path = req->path;
@@ -259,15 +206,12 @@ static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
         /* The data is not decoded (the method's request_bytes_field): it goes on to the agent
          * in the slices it arrived in. */
         const rpc_bytes *data = rpc_call_request_bytes(call);
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_route route;
 
         (void)userdata;
-        if (data->len > RPC_DATA_MAX_BYTES)
-                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                    "data of %zu bytes is over the %d-byte cap per call; write "
-                                    "in chunks with append",
-                                    data->len, RPC_DATA_MAX_BYTES);
-        if (file_route(call, req->sandbox_id, req->path, false, &route, err) < 0)
+        if (fe_service_write_route(&svc, req->sandbox_id, req->path, data->len, &ctx, &route, err) <
+            0)
                 return -1;
         out.ref = route_ref(call, &route);
         out.path = req->path;
@@ -282,11 +226,11 @@ static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
 {
         const Compute__V1__ListFilesRequest *req = (const void *)req_msg;
         Nodeagent__V1__ListFilesRequest out = NODEAGENT__V1__LIST_FILES_REQUEST__INIT;
+        fe_ctx ctx = fe_ctx_from_call(call);
         fe_route route;
 
         (void)userdata;
-        /* An empty path lists the workspace root. */
-        if (file_route(call, req->sandbox_id, req->path, true, &route, err) < 0)
+        if (fe_service_list_route(&svc, req->sandbox_id, req->path, &ctx, &route, err) < 0)
                 return -1;
         out.ref = route_ref(call, &route);
         out.path = req->path;

@@ -56,10 +56,14 @@ def pod_name(tenant, session):
 
 
 class FakeAgent:
-    """A node agent that answers GetUsage, Exec, ReadFile and ListFiles and records each
-    request (the SandboxRef the frontend sent)."""
+    """A node agent that answers GetUsage, Exec and ReadFile and records each request (the
+    SandboxRef the frontend sent). Its Exec runs a tiny command set, so a test can tell which
+    agent answered and that the answer came through unchanged: `echo ARGS...` prints them
+    and exits 0, `exit N` exits N, `whoami` prints the agent's name and the sandbox id it was
+    asked about, `true` exits 0; anything else prints to stderr and exits 127."""
 
-    def __init__(self):
+    def __init__(self, name="agent-a"):
+        self.name = name
         self.calls = []
         self.lock = threading.Lock()
         self.server = grpc.server(ThreadPoolExecutor(8))
@@ -99,8 +103,18 @@ class FakeAgent:
 
     def exec(self, req, ctx):
         self._record("Exec", req)
-        yield cpb.ExecEvent(stdout=cpb.StdoutLine(data=b"hi\n"))
-        yield cpb.ExecEvent(completed=cpb.ExecCompleted(exit_code=0))
+        code = 0
+        if req.command == "echo":
+            yield cpb.ExecEvent(stdout=cpb.StdoutLine(data=(" ".join(req.args) + "\n").encode()))
+        elif req.command == "exit":
+            code = int(req.args[0])
+        elif req.command == "whoami":
+            yield cpb.ExecEvent(stdout=cpb.StdoutLine(
+                data=f"{self.name} {req.ref.sandbox_id}\n".encode()))
+        elif req.command != "true":
+            yield cpb.ExecEvent(stderr=cpb.StderrLine(data=b"fake agent: unknown command\n"))
+            code = 127
+        yield cpb.ExecEvent(completed=cpb.ExecCompleted(exit_code=code))
 
     def read_file(self, req, ctx):
         self._record("ReadFile", req)
@@ -191,6 +205,16 @@ class KubeSchedulerTest(unittest.TestCase):
         self.api.patch_status("pods", NS, name, {
             "phase": "Running", "podIP": "10.0.0.9",
             "conditions": [{"type": "Ready", "status": "True"}]})
+
+    def assert_exec_reaches(self, sid, agent=None, rpc_timeout=30):
+        """An exec through the frontend reaches `agent` (default: the class's) for sandbox sid
+        and its answer comes back unchanged: output and a non-zero exit code."""
+        agent = agent or self.agent
+        out, err, done, _ = self.c.exec(sid, "whoami", rpc_timeout=rpc_timeout)
+        self.assertEqual((out, err), (f"{agent.name} {sid}\n".encode(), b""))
+        out, _, done, _ = self.c.exec(sid, "exit", "7", rpc_timeout=rpc_timeout)
+        self.assertEqual((out, done.exit_code), (b"", 7))
+        self.assertEqual(agent.last("Exec").ref.sandbox_id, sid)
 
     def kubelet_finish_deletion(self, sid, timeout=30):
         """The kubelet's part of a graceful pod deletion: confirm it with grace 0."""
@@ -432,20 +456,35 @@ class KubeSchedulerTest(unittest.TestCase):
 
     def test_agent_moves_to_new_ip(self):
         """An agent pod replaced on its node (new pod, new port here): routes follow."""
-        second = FakeAgent()
+        first, second = FakeAgent("agent-m-1"), FakeAgent("agent-m-2")
         try:
-            self.add_agent_pod("node-m", self.agent.port, name="agent-m-1")
+            self.add_agent_pod("node-m", first.port, name="agent-m-1")
             r = self.c.create(*self.new_session())
             self.make_ready(r.sandbox_id, node="node-m")
-            self.c.exec(r.sandbox_id, "true", rpc_timeout=30)
+            self.assert_exec_reaches(r.sandbox_id, first)
             self.api.delete("pods", AGENT_NS, "agent-m-1", grace_period_seconds=0)
             self.add_agent_pod("node-m", second.port, name="agent-m-2")
+            # Until the frontend's agent cache has seen the change, calls still reach the old
+            # pod's address (that agent is alive here) or find no agent on the node; nothing
+            # else is a right answer.
             deadline = time.monotonic() + 10
-            while second.last("Exec") is None:
-                self.assertLess(time.monotonic(), deadline)
-                code_of(self.c.exec, r.sandbox_id, "true", rpc_timeout=30)
+            while True:
+                self.assertLess(time.monotonic(), deadline, "routes never moved to agent-m-2")
+                try:
+                    out, _, done, _ = self.c.exec(r.sandbox_id, "whoami", rpc_timeout=30)
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+                    self.assertIn("no node agent on node node-m", e.details())
+                    time.sleep(0.05)
+                    continue
+                self.assertEqual(done.exit_code, 0)
+                if out == f"agent-m-2 {r.sandbox_id}\n".encode():
+                    break
+                self.assertEqual(out, f"agent-m-1 {r.sandbox_id}\n".encode())
                 time.sleep(0.05)
+            self.assert_exec_reaches(r.sandbox_id, second)
         finally:
+            first.stop()
             second.stop()
 
     # --- destroy ---
@@ -628,7 +667,7 @@ class KubeSchedulerTest(unittest.TestCase):
             self.api.clear_faults()
         r = self.c.create(tenant, session)
         self.make_ready(r.sandbox_id)
-        self.c.exec(r.sandbox_id, "true", rpc_timeout=30)  # the watch recovered
+        self.assert_exec_reaches(r.sandbox_id)  # the watch recovered
 
     def test_create_errors_map_to_internal(self):
         for status, word in ((403, "forbidden by quota/admission"), (422, "invalid"),
@@ -658,7 +697,7 @@ class KubeSchedulerTest(unittest.TestCase):
         time.sleep(0.3)
         self.make_ready(r.sandbox_id)
         start = time.monotonic()
-        self.c.exec(r.sandbox_id, "true", rpc_timeout=30)
+        self.assert_exec_reaches(r.sandbox_id)
         self.assertLess(time.monotonic() - start, 4)
         time.sleep(6)
 
@@ -677,7 +716,7 @@ class KubeSchedulerTest(unittest.TestCase):
         self.api.drop_watches()
         self.api.drop_watches(clean=True)
         self.make_ready(r.sandbox_id)
-        self.c.exec(r.sandbox_id, "true", rpc_timeout=15)
+        self.assert_exec_reaches(r.sandbox_id, rpc_timeout=15)
         # History compacted while the watch is down: 410 Gone, relist.
         r2 = self.c.create(*self.new_session())
         self.api.fail_for(1.5, 500, path="watch=")
@@ -686,13 +725,13 @@ class KubeSchedulerTest(unittest.TestCase):
         self.make_ready(r2.sandbox_id)
         self.api.compact()
         self.wait_log(self.fe, "too old (410 Gone); listing again")
-        self.c.exec(r2.sandbox_id, "true", rpc_timeout=15)
+        self.assert_exec_reaches(r2.sandbox_id, rpc_timeout=15)
 
     def test_apiserver_restart(self):
         r = self.c.create(*self.new_session())
         self.api.restart(down_seconds=2)
         self.make_ready(r.sandbox_id)
-        self.c.exec(r.sandbox_id, "true", rpc_timeout=30)
+        self.assert_exec_reaches(r.sandbox_id)
 
     def test_startup_fails_clearly(self):
         api2 = ApiServer(os.path.join(self.tmp, "api-forbidden"), token="right").start()

@@ -1,0 +1,331 @@
+/* The Kubernetes objects of a sandbox as plain JSON (see kube_objects.h): names, builders,
+ * checks and readings. Owns nothing and keeps no state; touches only the JSON it builds. */
+#include "kube_objects.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/sha.h>
+
+#include "kube_client.h"
+#include "path.h"
+#include "sandbox_limits.h"
+#include "usage_json.h"
+#include "util.h"
+
+#define KEEPALIVE         "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+#define IMAGE_MAX         1024
+#define QUANTITY_MAX      32
+#define STORAGE_CLASS_MAX 253
+
+/* A valid label value: at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends
+ * (tenant and session ids that are not are kept in the annotations only). */
+static bool label_value_ok(const char *s)
+{
+        size_t n = strlen(s);
+
+        if (n == 0 || n > 63 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1]))
+                return false;
+        for (; *s; s++) {
+                if (!isalnum((unsigned char)*s) && !strchr("._-", *s))
+                        return false;
+        }
+        return true;
+}
+
+/* "sbx-" and the first 16 bytes of sha256(tenant NUL session), in hex. The ids are printable
+ * ASCII (the service checks), so the NUL keeps the key unambiguous: ("a/b", "c") and
+ * ("a", "b/c") name different pods. */
+void kobj_pod_name(const char *tenant, const char *session, char ret[static KOBJ_POD_NAME_LEN + 1])
+{
+        size_t nt = strlen(tenant), ns = strlen(session);
+        _cleanup_free_ char *key = cs_xmalloc(nt + 1 + ns);
+        uint8_t md[SHA256_DIGEST_LENGTH];
+
+        memcpy(key, tenant, nt);
+        key[nt] = '\0';
+        memcpy(key + nt + 1, session, ns);
+        SHA256((const unsigned char *)key, nt + 1 + ns, md);
+        memcpy(ret, "sbx-", 4);
+        for (int i = 0; i < 16; i++)
+                snprintf(ret + 4 + 2 * i, 3, "%02x", md[i]);
+}
+
+bool kobj_streq0(const char *a, const char *b)
+{
+        return a && b && strcmp(a, b) == 0;
+}
+
+const char *kobj_label(json_t *obj, const char *key)
+{
+        return json_string_value(kube_get_key(obj, "metadata", "labels", key, NULL));
+}
+
+const char *kobj_annotation(json_t *obj, const char *key)
+{
+        return json_string_value(kube_get_key(obj, "metadata", "annotations", key, NULL));
+}
+
+bool kobj_being_deleted(json_t *obj)
+{
+        return kube_get_str(obj, "metadata.deletionTimestamp") != NULL;
+}
+
+int64_t kobj_time_of(const char *s)
+{
+        int64_t ms = s ? kube_time_parse(s) : -1;
+
+        return ms > 0 ? ms : 0;
+}
+
+static bool pod_ready(json_t *pod)
+{
+        json_t *conds = kube_get_key(pod, "status", "conditions", NULL), *c;
+        size_t i;
+
+        json_array_foreach(conds, i, c)
+        {
+                const char *type = json_string_value(json_object_get(c, "type"));
+                const char *st = json_string_value(json_object_get(c, "status"));
+                if (type && st && strcmp(type, "Ready") == 0)
+                        return strcmp(st, "True") == 0;
+        }
+        return false;
+}
+
+/* The contract's mapping: Pending -> STARTING, Running and Ready -> READY, Running not
+ * ready -> STARTING, Failed or Succeeded -> FAILED. */
+fe_status kobj_pod_status(json_t *pod)
+{
+        const char *phase = kube_get_str(pod, "status.phase") ?: "";
+
+        /* Being deleted by someone else (a destroy marks the PVC first, and the caller
+         * checks that): it will not serve again. */
+        if (kobj_being_deleted(pod))
+                return FE_STATUS_FAILED;
+        if (strcmp(phase, "Running") == 0)
+                return pod_ready(pod) ? FE_STATUS_READY : FE_STATUS_STARTING;
+        if (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)
+                return FE_STATUS_FAILED;
+        return FE_STATUS_STARTING;
+}
+
+bool kobj_pvc_destroyed(json_t *pvc)
+{
+        return pvc && kobj_annotation(pvc, ANN_DELETE_AFTER);
+}
+
+/* The view of a sandbox whose PVC records its destruction. */
+void kobj_view_destroyed(const char *id, json_t *pvc, fe_view *ret)
+{
+        const char *usage = kobj_annotation(pvc, ANN_FINAL_USAGE);
+        _cleanup_json_ json_t *j = usage ? json_loads(usage, 0, NULL) : NULL;
+
+        memset(ret, 0, sizeof(*ret));
+        ret->id = cs_xstrdup(id);
+        ret->status = FE_STATUS_DESTROYED;
+        ret->created_at_ms = kobj_time_of(kobj_annotation(pvc, ANN_CREATED_AT));
+        if (!ret->created_at_ms)
+                ret->created_at_ms = kobj_time_of(kube_get_str(pvc, "metadata.creationTimestamp"));
+        ret->destroyed_at_ms = kobj_time_of(kobj_annotation(pvc, ANN_DESTROYED_AT));
+        usage_from_json(j, &ret->usage);
+}
+
+/* Where the pod mounts its workspace: the sandbox container's volumeMount of the
+ * "workspace" volume (a pod's spec cannot change; its annotations can). */
+const char *kobj_workspace_mount_path(json_t *pod)
+{
+        json_t *containers = kube_get_key(pod, "spec", "containers", NULL), *c, *m;
+        size_t i, j;
+
+        json_array_foreach(containers, i, c)
+        {
+                if (!kobj_streq0(kube_get_str(c, "name"), SANDBOX_CONTAINER))
+                        continue;
+                json_array_foreach(json_object_get(c, "volumeMounts"), j, m)
+                {
+                        if (kobj_streq0(kube_get_str(m, "name"), WORKSPACE_VOLUME))
+                                return kube_get_str(m, "mountPath");
+                }
+        }
+        return NULL;
+}
+
+/* A Kubernetes quantity as a PVC size takes it: digits, an optional fraction, an optional
+ * binary or decimal suffix ("10Gi", "500M", "1.5Ti"). */
+bool kobj_quantity_ok(const char *s)
+{
+        static const char *const suffixes[] = { "",  "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+                                                "k", "M",  "G",  "T",  "P",  "E" };
+        const char *p = s;
+
+        if (strlen(s) > QUANTITY_MAX || !isdigit((unsigned char)*p))
+                return false;
+        while (isdigit((unsigned char)*p))
+                p++;
+        if (*p == '.') {
+                p++;
+                if (!isdigit((unsigned char)*p))
+                        return false;
+                while (isdigit((unsigned char)*p))
+                        p++;
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(suffixes); i++) {
+                if (strcmp(p, suffixes[i]) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* A DNS subdomain name (what a StorageClass is named by). */
+bool kobj_dns_subdomain_ok(const char *s)
+{
+        size_t n = strlen(s);
+
+        if (n == 0 || n > STORAGE_CLASS_MAX || !isalnum((unsigned char)s[0]) ||
+            !isalnum((unsigned char)s[n - 1]))
+                return false;
+        for (; *s; s++) {
+                if (!(islower((unsigned char)*s) || isdigit((unsigned char)*s) || *s == '-' ||
+                      *s == '.'))
+                        return false;
+        }
+        return true;
+}
+
+static bool image_ok(const char *s)
+{
+        if (!s[0] || strlen(s) > IMAGE_MAX)
+                return false;
+        for (; *s; s++) {
+                if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
+                        return false;
+        }
+        return true;
+}
+
+/* The request with the defaults filled in, checked as the node agent checks it in local
+ * mode (INVALID_ARGUMENT rather than the API server's 422 as INTERNAL). */
+int kobj_spec_normalise(const char *default_storage_class, const char *default_size,
+                        const fe_spec *in, kobj_spec *out, cs_error **err)
+{
+        *out = (kobj_spec){
+                .tenant_id = in->tenant_id,
+                .session_id = in->session_id,
+                .image = in->image ?: "",
+                .storage_class = in->storage_class && in->storage_class[0] ? in->storage_class
+                                                                           : default_storage_class,
+                .size = in->size && in->size[0] ? in->size : default_size,
+                .mount_path = in->mount_path && in->mount_path[0] ? in->mount_path
+                                                                  : CS_DEFAULT_MOUNT_PATH,
+                .cpu_millis = in->cpu_millis ?: CS_DEFAULT_CPU_MILLIS,
+                .memory_bytes = in->memory_bytes ?: CS_DEFAULT_MEMORY,
+                .max_runtime_ms = in->max_runtime_ms ?: CS_DEFAULT_RUNTIME_MS,
+        };
+        if (!out->image[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "image is empty and the frontend has no default "
+                                    "(--sandbox-image, SANDBOX_IMAGE)");
+        if (!image_ok(out->image))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "image must be 1..%d printable characters without spaces",
+                                    IMAGE_MAX);
+        if (cs_mount_path_check(out->mount_path, err) < 0)
+                return -1;
+        if (!kobj_quantity_ok(out->size))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "workspace size '%.40s' is not a quantity like 10Gi",
+                                    out->size);
+        if (out->storage_class[0] && !kobj_dns_subdomain_ok(out->storage_class))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "storage_class '%.64s' is not a valid StorageClass name",
+                                    out->storage_class);
+        if (out->cpu_millis < CS_MIN_CPU_MILLIS || out->cpu_millis > CS_MAX_CPU_MILLIS)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "cpu_millis must be %d..%d",
+                                    CS_MIN_CPU_MILLIS, CS_MAX_CPU_MILLIS);
+        if (out->memory_bytes < CS_MIN_MEMORY || out->memory_bytes > CS_MAX_MEMORY)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "memory_bytes must be %llu..%llu", CS_MIN_MEMORY,
+                                    CS_MAX_MEMORY);
+        if (out->max_runtime_ms < CS_MIN_RUNTIME_MS || out->max_runtime_ms > CS_MAX_RUNTIME_MS)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "max_runtime must be 1 s..24 h");
+        return 0;
+}
+
+static json_t *labels_for(const kobj_spec *spec, const char *id)
+{
+        json_t *l = json_pack("{s:s, s:s, s:s}", LABEL_MANAGED_BY, MANAGED_BY, LABEL_APP_NAME,
+                              SANDBOX_APP_NAME, LABEL_SANDBOX_ID, id);
+
+        if (label_value_ok(spec->tenant_id))
+                json_object_set_new(l, LABEL_TENANT_ID, json_string(spec->tenant_id));
+        if (label_value_ok(spec->session_id))
+                json_object_set_new(l, LABEL_SESSION_ID, json_string(spec->session_id));
+        return l;
+}
+
+json_t *kobj_pod_build(const char *ns, const char *runtime_class, const kobj_spec *spec,
+                       const char *name, const char *id)
+{
+        _cleanup_free_ char *cpu = cs_xasprintf("%" PRIu32 "m", spec->cpu_millis);
+        _cleanup_free_ char *mem = cs_xasprintf("%" PRIu64, spec->memory_bytes);
+        _cleanup_free_ char *claim = cs_xasprintf("ws-%s", id);
+        json_t *res = json_pack("{s:s, s:s}", "cpu", cpu, "memory", mem);
+        json_t *pod = json_pack(
+                "{s:s, s:s,"
+                " s:{s:s, s:s, s:o, s:{s:s, s:s, s:s, s:s}},"
+                " s:{s:s, s:b, s:b, s:I, s:I,"
+                "    s:[{s:s, s:s, s:[s, s, s], s:{s:O, s:O}, s:[{s:s, s:s}]}],"
+                "    s:[{s:s, s:{s:s}}]}}",
+                "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "namespace", ns,
+                "labels", labels_for(spec, id), "annotations", ANN_TENANT_ID, spec->tenant_id,
+                ANN_SESSION_ID, spec->session_id, ANN_SANDBOX_ID, id, ANN_MOUNT_PATH,
+                spec->mount_path, "spec", "restartPolicy", "Never", "automountServiceAccountToken",
+                0, "enableServiceLinks", 0, "activeDeadlineSeconds",
+                (json_int_t)((spec->max_runtime_ms + 999) / 1000), "terminationGracePeriodSeconds",
+                (json_int_t)5, "containers", "name", SANDBOX_CONTAINER, "image", spec->image,
+                "command", "/bin/sh", "-c", KEEPALIVE, "resources", "requests", res, "limits", res,
+                "volumeMounts", "name", WORKSPACE_VOLUME, "mountPath", spec->mount_path, "volumes",
+                "name", WORKSPACE_VOLUME, "persistentVolumeClaim", "claimName", claim);
+
+        json_decref(res);
+        if (pod && runtime_class[0])
+                json_object_set_new(json_object_get(pod, "spec"), "runtimeClassName",
+                                    json_string(runtime_class));
+        return pod;
+}
+
+/* The workspace PVC; with annotations (a destroy that found no PVC) when given. */
+json_t *kobj_pvc_build(const char *ns, const kobj_spec *spec, const char *id, json_t *annotations)
+{
+        _cleanup_free_ char *name = cs_xasprintf("ws-%s", id);
+        json_t *pvc = json_pack(
+                "{s:s, s:s, s:{s:s, s:s, s:o, s:o},"
+                " s:{s:[s], s:{s:{s:s}}}}",
+                "apiVersion", "v1", "kind", "PersistentVolumeClaim", "metadata", "name", name,
+                "namespace", ns, "labels", labels_for(spec, id), "annotations",
+                annotations ? json_incref(annotations) : json_object(), "spec", "accessModes",
+                "ReadWriteOnce", "resources", "requests", "storage", spec->size);
+
+        if (pvc && spec->storage_class[0])
+                json_object_set_new(json_object_get(pvc, "spec"), "storageClassName",
+                                    json_string(spec->storage_class));
+        return pvc;
+}
+
+json_t *kobj_destroy_annotations(int64_t grace_s, json_t *pod, json_t *pvc, const usage_metrics *u,
+                                 int64_t now)
+{
+        _cleanup_json_ json_t *usage = usage_to_json(u);
+        _cleanup_free_ char *usage_text = json_dumps(usage, JSON_COMPACT);
+        char destroyed[32], after[32], created[32];
+        int64_t created_ms = kobj_time_of(kube_get_str(pod ?: pvc, "metadata.creationTimestamp"));
+
+        return json_pack("{s:s, s:s, s:s, s:s}", ANN_DELETE_AFTER,
+                         kube_time_format(now + grace_s * 1000, after), ANN_DESTROYED_AT,
+                         kube_time_format(now, destroyed), ANN_FINAL_USAGE, usage_text ?: "{}",
+                         ANN_CREATED_AT, kube_time_format(created_ms ?: now, created));
+}

@@ -1,0 +1,132 @@
+/* The frontend's request logic (see service_core.h): checks, then the scheduler. Owns
+ * nothing; touches only the scheduler it is given and the log (through the fe_ctx). */
+#include "service_core.h"
+
+#include <string.h>
+
+#include "sandbox_limits.h"
+#include "uuid.h"
+
+/* A sandbox id is a UUID; it then names the call in every log line. */
+static int check_sandbox_id(const fe_ctx *ctx, const char *id, cs_error **err)
+{
+        if (!cs_uuid_valid(id))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "sandbox_id is not a valid UUID");
+        if (ctx->parent)
+                rpc_call_set_sandbox_id(ctx->parent, id);
+        return 0;
+}
+
+static int check_id(const char *name, const char *v, cs_error **err)
+{
+        size_t len = strlen(v);
+
+        if (len == 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is empty", name);
+        if (len > CS_ID_MAX)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s is longer than %d bytes",
+                                    name, CS_ID_MAX);
+        for (const char *p = v; *p; p++) {
+                if (*p < 0x21 || *p > 0x7e)
+                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                            "%s must be printable ASCII without spaces", name);
+        }
+        return 0;
+}
+
+static int check_path(const char *path, bool allow_empty, cs_error **err)
+{
+        if (!allow_empty && !path[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "path is empty");
+        return 0;
+}
+
+int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe_ctx *ctx,
+                      fe_view *ret, cs_error **err)
+{
+        fe_spec s = *spec;
+
+        if (check_id("tenant_id", spec->tenant_id, err) < 0 ||
+            check_id("session_id", spec->session_id, err) < 0)
+                return -1;
+        if (spec->max_runtime_ms < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "limits.max_runtime is negative");
+        if (!s.image || !s.image[0])
+                s.image = svc->default_image;
+        return svc->sched->ops->create(svc->sched, &s, ctx, ret, err);
+}
+
+int fe_service_describe(const frontend_service *svc, const char *id, const fe_ctx *ctx,
+                        fe_view *ret, cs_error **err)
+{
+        if (check_sandbox_id(ctx, id, err) < 0)
+                return -1;
+        return svc->sched->ops->describe(svc->sched, id, ctx, ret, err);
+}
+
+int fe_service_destroy(const frontend_service *svc, const char *id, const fe_ctx *ctx, fe_view *ret,
+                       cs_error **err)
+{
+        if (check_sandbox_id(ctx, id, err) < 0)
+                return -1;
+        return svc->sched->ops->destroy(svc->sched, id, ctx, ret, err);
+}
+
+int64_t fe_view_uptime_ms(const fe_view *v, int64_t now_ms)
+{
+        /* A destroyed sandbox's uptime stops at its destruction. */
+        int64_t end = v->destroyed_at_ms ? v->destroyed_at_ms : now_ms;
+
+        return end > v->created_at_ms ? end - v->created_at_ms : 0;
+}
+
+int fe_service_exec_route(const frontend_service *svc, const char *id, const char *command,
+                          int64_t timeout_ms, const fe_ctx *ctx, fe_route *ret, cs_error **err)
+{
+        if (check_sandbox_id(ctx, id, err) < 0)
+                return -1;
+        if (!command[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "command is empty");
+        if (timeout_ms < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "timeout is negative");
+        return svc->sched->ops->route(svc->sched, id, ctx, ret, err);
+}
+
+/* Checks the id and path, and finds the sandbox's agent. */
+static int file_route(const frontend_service *svc, const char *id, const char *path,
+                      bool allow_empty, const fe_ctx *ctx, fe_route *ret, cs_error **err)
+{
+        if (check_sandbox_id(ctx, id, err) < 0 || check_path(path, allow_empty, err) < 0)
+                return -1;
+        return svc->sched->ops->route(svc->sched, id, ctx, ret, err);
+}
+
+int fe_service_read_route(const frontend_service *svc, const char *id, const char *path,
+                          int64_t offset, int64_t max_bytes, const fe_ctx *ctx, fe_route *ret,
+                          cs_error **err)
+{
+        if (offset < 0 || max_bytes < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "offset and max_bytes must not be negative");
+        return file_route(svc, id, path, false, ctx, ret, err);
+}
+
+int fe_service_write_route(const frontend_service *svc, const char *id, const char *path,
+                           size_t data_len, const fe_ctx *ctx, fe_route *ret, cs_error **err)
+{
+        if (data_len > RPC_DATA_MAX_BYTES)
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "data of %zu bytes is over the %d-byte cap per call; write "
+                                    "in chunks with append",
+                                    data_len, RPC_DATA_MAX_BYTES);
+        return file_route(svc, id, path, false, ctx, ret, err);
+}
+
+int fe_service_list_route(const frontend_service *svc, const char *id, const char *path,
+                          const fe_ctx *ctx, fe_route *ret, cs_error **err)
+{
+        /* An empty path lists the workspace root. */
+        return file_route(svc, id, path, true, ctx, ret, err);
+}

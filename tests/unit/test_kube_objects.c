@@ -1,0 +1,476 @@
+/* Unit tests for frontend/kube_objects.c: the kube scheduler's objects as plain JSON, field
+ * by field (docs/kube.md is the contract), with no API server: the session's pod name, the
+ * spec's defaults and checks, the Pod and PVC a create POSTs, the record a destroy writes,
+ * and the readings back (status, destroyed view, workspace mount). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kube_client.h"
+#include "kube_objects.h"
+#include "sandbox_limits.h"
+#include "util.h"
+
+#define ID "0b3c8f1e-6a3f-4c7e-9d2a-5e1f0a9b8c7d"
+
+/* ---- helpers ---- */
+
+static const char *str_at(json_t *obj, const char *dotted)
+{
+        return kube_get_str(obj, dotted);
+}
+
+/* The value at a dotted path of objects (kube_get_str reads strings only), or NULL. */
+static json_t *at(json_t *obj, const char *dotted)
+{
+        char buf[256], *save = NULL;
+        json_t *o = obj;
+
+        snprintf(buf, sizeof(buf), "%s", dotted);
+        for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save))
+                o = json_object_get(o, k);
+        return o;
+}
+
+static json_int_t int_at(json_t *obj, const char *dotted)
+{
+        json_t *o = at(obj, dotted);
+
+        assert_non_null(o);
+        assert_true(json_is_integer(o));
+        return json_integer_value(o);
+}
+
+static kobj_spec full_spec(void)
+{
+        return (kobj_spec){ .tenant_id = "acme",
+                            .session_id = "s-1",
+                            .image = "busybox:stable",
+                            .storage_class = "fast-ssd",
+                            .size = "5Gi",
+                            .mount_path = "/data",
+                            .cpu_millis = 250,
+                            .memory_bytes = 128ull << 20,
+                            .max_runtime_ms = 1500 };
+}
+
+/* ---- names ---- */
+
+static void test_pod_name(void **state)
+{
+        char a[KOBJ_POD_NAME_LEN + 1], b[KOBJ_POD_NAME_LEN + 1];
+
+        (void)state;
+        /* sha256("t\0s") = cc3c5442f312cf6085b867bc1097f673... */
+        kobj_pod_name("t", "s", a);
+        assert_string_equal(a, "sbx-cc3c5442f312cf6085b867bc1097f673");
+        assert_int_equal(strlen(a), KOBJ_POD_NAME_LEN);
+        /* The NUL between the ids keeps ("a/b", "c") and ("a", "b/c") apart. */
+        kobj_pod_name("a/b", "c", a);
+        kobj_pod_name("a", "b/c", b);
+        assert_string_not_equal(a, b);
+        kobj_pod_name("ab", "c", a);
+        kobj_pod_name("a", "bc", b);
+        assert_string_not_equal(a, b);
+}
+
+/* ---- the spec ---- */
+
+static void test_spec_defaults(void **state)
+{
+        fe_spec in = { .tenant_id = "t", .session_id = "s", .image = "img" };
+        cs_error *err = NULL;
+        kobj_spec out;
+
+        (void)state;
+        assert_int_equal(kobj_spec_normalise("standard", "10Gi", &in, &out, &err), 0);
+        assert_null(err);
+        assert_string_equal(out.tenant_id, "t");
+        assert_string_equal(out.session_id, "s");
+        assert_string_equal(out.image, "img");
+        assert_string_equal(out.storage_class, "standard");
+        assert_string_equal(out.size, "10Gi");
+        assert_string_equal(out.mount_path, CS_DEFAULT_MOUNT_PATH);
+        assert_int_equal(out.cpu_millis, CS_DEFAULT_CPU_MILLIS);
+        assert_int_equal(out.memory_bytes, CS_DEFAULT_MEMORY);
+        assert_int_equal(out.max_runtime_ms, CS_DEFAULT_RUNTIME_MS);
+
+        /* What the request names wins over the defaults; "" storage class means the
+         * cluster's default. */
+        in = (fe_spec){ .tenant_id = "t",
+                        .session_id = "s",
+                        .image = "img",
+                        .storage_class = "gold",
+                        .size = "1.5Ti",
+                        .mount_path = "/w",
+                        .cpu_millis = CS_MIN_CPU_MILLIS,
+                        .memory_bytes = CS_MAX_MEMORY,
+                        .max_runtime_ms = CS_MAX_RUNTIME_MS };
+        assert_int_equal(kobj_spec_normalise("", "10Gi", &in, &out, &err), 0);
+        assert_string_equal(out.storage_class, "gold");
+        assert_string_equal(out.size, "1.5Ti");
+        assert_string_equal(out.mount_path, "/w");
+        assert_int_equal(out.cpu_millis, CS_MIN_CPU_MILLIS);
+        assert_int_equal(out.memory_bytes, CS_MAX_MEMORY);
+        assert_int_equal(out.max_runtime_ms, CS_MAX_RUNTIME_MS);
+        in.storage_class = "";
+        assert_int_equal(kobj_spec_normalise("", "10Gi", &in, &out, &err), 0);
+        assert_string_equal(out.storage_class, "");
+}
+
+static void refused(fe_spec in, const char *msg)
+{
+        cs_error *err = NULL;
+        kobj_spec out;
+
+        assert_int_equal(kobj_spec_normalise("", "10Gi", &in, &out, &err), -1);
+        assert_non_null(err);
+        assert_int_equal(err->code, GRPC_STATUS_INVALID_ARGUMENT);
+        if (msg)
+                assert_string_equal(err->msg, msg);
+        cs_error_free(err);
+}
+
+static void test_spec_checks(void **state)
+{
+        const fe_spec ok = { .tenant_id = "t", .session_id = "s", .image = "img" };
+        fe_spec in;
+        char long_image[1026];
+
+        (void)state;
+        in = ok;
+        in.image = "";
+        refused(in, "image is empty and the frontend has no default (--sandbox-image, "
+                    "SANDBOX_IMAGE)");
+        in.image = "my image";
+        refused(in, "image must be 1..1024 printable characters without spaces");
+        memset(long_image, 'x', 1025);
+        long_image[1025] = '\0';
+        in.image = long_image;
+        refused(in, "image must be 1..1024 printable characters without spaces");
+        in = ok;
+        in.mount_path = "relative/path";
+        refused(in, NULL); /* path.c's own message */
+        in = ok;
+        in.size = "10 Gi";
+        refused(in, "workspace size '10 Gi' is not a quantity like 10Gi");
+        in.size = "Gi";
+        refused(in, "workspace size 'Gi' is not a quantity like 10Gi");
+        in = ok;
+        in.storage_class = "Fast_SSD";
+        refused(in, "storage_class 'Fast_SSD' is not a valid StorageClass name");
+        in = ok;
+        in.cpu_millis = CS_MIN_CPU_MILLIS - 1;
+        refused(in, "cpu_millis must be 50..64000");
+        in.cpu_millis = CS_MAX_CPU_MILLIS + 1;
+        refused(in, "cpu_millis must be 50..64000");
+        in = ok;
+        in.memory_bytes = CS_MIN_MEMORY - 1;
+        refused(in, "memory_bytes must be 67108864..68719476736");
+        in.memory_bytes = CS_MAX_MEMORY + 1;
+        refused(in, "memory_bytes must be 67108864..68719476736");
+        in = ok;
+        in.max_runtime_ms = CS_MIN_RUNTIME_MS - 1;
+        refused(in, "max_runtime must be 1 s..24 h");
+        in.max_runtime_ms = CS_MAX_RUNTIME_MS + 1;
+        refused(in, "max_runtime must be 1 s..24 h");
+}
+
+static void test_quantity_and_class_names(void **state)
+{
+        const char *good_q[] = { "1", "10Gi", "500M", "1.5Ti", "3Ki", "7E", "2k" };
+        const char *bad_q[] = { "",     "Gi",   "1.",
+                                ".5Gi", "10GB", "10gi",
+                                "-1Gi", "1e3",  "123456789012345678901234567890123Gi" };
+        const char *good_c[] = { "standard", "fast-ssd", "a.b-c", "x1" };
+        const char *bad_c[] = { "", "Fast", "-a", "a-", "a_b", "a b" };
+
+        (void)state;
+        for (size_t i = 0; i < ARRAY_SIZE(good_q); i++)
+                assert_true(kobj_quantity_ok(good_q[i]));
+        for (size_t i = 0; i < ARRAY_SIZE(bad_q); i++)
+                assert_false(kobj_quantity_ok(bad_q[i]));
+        for (size_t i = 0; i < ARRAY_SIZE(good_c); i++)
+                assert_true(kobj_dns_subdomain_ok(good_c[i]));
+        for (size_t i = 0; i < ARRAY_SIZE(bad_c); i++)
+                assert_false(kobj_dns_subdomain_ok(bad_c[i]));
+}
+
+/* ---- the pod ---- */
+
+static void test_pod_fields(void **state)
+{
+        kobj_spec spec = full_spec();
+        _cleanup_json_ json_t *pod = kobj_pod_build("sbx-ns", "gvisor", &spec, "sbx-abc", ID);
+        json_t *spec_j, *c, *cmd, *res;
+
+        (void)state;
+        assert_non_null(pod);
+        assert_string_equal(str_at(pod, "apiVersion"), "v1");
+        assert_string_equal(str_at(pod, "kind"), "Pod");
+        assert_string_equal(str_at(pod, "metadata.name"), "sbx-abc");
+        assert_string_equal(str_at(pod, "metadata.namespace"), "sbx-ns");
+
+        /* labels: exactly these five */
+        assert_int_equal(json_object_size(at(pod, "metadata.labels")), 5);
+        assert_string_equal(kobj_label(pod, LABEL_MANAGED_BY), "compute-frontend");
+        assert_string_equal(kobj_label(pod, LABEL_APP_NAME), "compute-sandbox");
+        assert_string_equal(kobj_label(pod, LABEL_SANDBOX_ID), ID);
+        assert_string_equal(kobj_label(pod, LABEL_TENANT_ID), "acme");
+        assert_string_equal(kobj_label(pod, LABEL_SESSION_ID), "s-1");
+        /* annotations: exactly these four */
+        assert_int_equal(json_object_size(at(pod, "metadata.annotations")), 4);
+        assert_string_equal(kobj_annotation(pod, ANN_TENANT_ID), "acme");
+        assert_string_equal(kobj_annotation(pod, ANN_SESSION_ID), "s-1");
+        assert_string_equal(kobj_annotation(pod, ANN_SANDBOX_ID), ID);
+        assert_string_equal(kobj_annotation(pod, ANN_MOUNT_PATH), "/data");
+
+        spec_j = json_object_get(pod, "spec");
+        assert_string_equal(str_at(spec_j, "runtimeClassName"), "gvisor");
+        assert_string_equal(str_at(spec_j, "restartPolicy"), "Never");
+        /* No API token and no service environment inside a sandbox. */
+        assert_true(json_is_false(json_object_get(spec_j, "automountServiceAccountToken")));
+        assert_true(json_is_false(json_object_get(spec_j, "enableServiceLinks")));
+        /* max_runtime rounded up to whole seconds */
+        assert_int_equal(int_at(spec_j, "activeDeadlineSeconds"), 2);
+        assert_int_equal(int_at(spec_j, "terminationGracePeriodSeconds"), 5);
+
+        assert_int_equal(json_array_size(json_object_get(spec_j, "containers")), 1);
+        c = json_array_get(json_object_get(spec_j, "containers"), 0);
+        assert_string_equal(str_at(c, "name"), SANDBOX_CONTAINER);
+        assert_string_equal(str_at(c, "image"), "busybox:stable");
+        cmd = json_object_get(c, "command");
+        assert_int_equal(json_array_size(cmd), 3);
+        assert_string_equal(json_string_value(json_array_get(cmd, 0)), "/bin/sh");
+        assert_string_equal(json_string_value(json_array_get(cmd, 1)), "-c");
+        assert_non_null(strstr(json_string_value(json_array_get(cmd, 2)), "trap 'exit 0' TERM"));
+        /* requests = limits: Guaranteed QoS */
+        res = json_object_get(c, "resources");
+        assert_string_equal(str_at(res, "requests.cpu"), "250m");
+        assert_string_equal(str_at(res, "requests.memory"), "134217728");
+        assert_string_equal(str_at(res, "limits.cpu"), "250m");
+        assert_string_equal(str_at(res, "limits.memory"), "134217728");
+        /* the workspace: one mount of one volume, the PVC ws-<id> */
+        assert_int_equal(json_array_size(json_object_get(c, "volumeMounts")), 1);
+        assert_string_equal(str_at(json_array_get(json_object_get(c, "volumeMounts"), 0), "name"),
+                            WORKSPACE_VOLUME);
+        assert_string_equal(kobj_workspace_mount_path(pod), "/data");
+        assert_int_equal(json_array_size(json_object_get(spec_j, "volumes")), 1);
+        assert_string_equal(str_at(json_array_get(json_object_get(spec_j, "volumes"), 0), "name"),
+                            WORKSPACE_VOLUME);
+        assert_string_equal(str_at(json_array_get(json_object_get(spec_j, "volumes"), 0),
+                                   "persistentVolumeClaim.claimName"),
+                            "ws-" ID);
+        /* Nothing of its own owns a sandbox pod: the API server's GC must not take it. */
+        assert_null(at(pod, "metadata.ownerReferences"));
+}
+
+static void test_pod_without_runtime_class_and_odd_ids(void **state)
+{
+        kobj_spec spec = full_spec();
+        char sixty_three[64], sixty_four[65];
+        _cleanup_json_ json_t *pod = NULL, *pod2 = NULL;
+
+        (void)state;
+        spec.tenant_id = "org/team";  /* '/' is not a label value character */
+        spec.session_id = "-session"; /* nor a leading '-' */
+        pod = kobj_pod_build("ns", "", &spec, "sbx-x", ID);
+        assert_null(at(pod, "spec.runtimeClassName"));
+        assert_null(kobj_label(pod, LABEL_TENANT_ID));
+        assert_null(kobj_label(pod, LABEL_SESSION_ID));
+        assert_string_equal(kobj_label(pod, LABEL_SANDBOX_ID), ID);
+        /* The annotations keep them as they are. */
+        assert_string_equal(kobj_annotation(pod, ANN_TENANT_ID), "org/team");
+        assert_string_equal(kobj_annotation(pod, ANN_SESSION_ID), "-session");
+
+        memset(sixty_three, 'a', 63);
+        sixty_three[63] = '\0';
+        memset(sixty_four, 'b', 64);
+        sixty_four[64] = '\0';
+        spec.tenant_id = sixty_three;
+        spec.session_id = sixty_four;
+        pod2 = kobj_pod_build("ns", "", &spec, "sbx-x", ID);
+        assert_string_equal(kobj_label(pod2, LABEL_TENANT_ID), sixty_three);
+        assert_null(kobj_label(pod2, LABEL_SESSION_ID));
+}
+
+/* ---- the PVC ---- */
+
+static void test_pvc_fields(void **state)
+{
+        kobj_spec spec = full_spec();
+        _cleanup_json_ json_t *pvc = kobj_pvc_build("sbx-ns", &spec, ID, NULL);
+        _cleanup_json_ json_t *ann = json_pack("{s:s}", ANN_DELETE_AFTER, "2030-01-01T00:00:00Z");
+        _cleanup_json_ json_t *pvc2 = NULL;
+        json_t *modes;
+
+        (void)state;
+        assert_string_equal(str_at(pvc, "apiVersion"), "v1");
+        assert_string_equal(str_at(pvc, "kind"), "PersistentVolumeClaim");
+        assert_string_equal(str_at(pvc, "metadata.name"), "ws-" ID);
+        assert_string_equal(str_at(pvc, "metadata.namespace"), "sbx-ns");
+        assert_int_equal(json_object_size(at(pvc, "metadata.labels")), 5);
+        assert_string_equal(kobj_label(pvc, LABEL_MANAGED_BY), "compute-frontend");
+        assert_string_equal(kobj_label(pvc, LABEL_SANDBOX_ID), ID);
+        assert_string_equal(kobj_label(pvc, LABEL_TENANT_ID), "acme");
+        assert_true(json_is_object(at(pvc, "metadata.annotations")));
+        assert_int_equal(json_object_size(at(pvc, "metadata.annotations")), 0);
+        modes = at(pvc, "spec.accessModes");
+        assert_int_equal(json_array_size(modes), 1);
+        assert_string_equal(json_string_value(json_array_get(modes, 0)), "ReadWriteOnce");
+        assert_string_equal(str_at(pvc, "spec.resources.requests.storage"), "5Gi");
+        assert_string_equal(str_at(pvc, "spec.storageClassName"), "fast-ssd");
+        assert_false(kobj_pvc_destroyed(pvc));
+        assert_null(at(pvc, "metadata.ownerReferences"));
+
+        /* No class: the cluster's default (the field absent, not ""); annotations given. */
+        spec.storage_class = "";
+        pvc2 = kobj_pvc_build("sbx-ns", &spec, ID, ann);
+        assert_null(at(pvc2, "spec.storageClassName"));
+        assert_string_equal(kobj_annotation(pvc2, ANN_DELETE_AFTER), "2030-01-01T00:00:00Z");
+        assert_true(kobj_pvc_destroyed(pvc2));
+        assert_false(kobj_pvc_destroyed(NULL));
+        /* The caller's annotations are borrowed, not taken. */
+        assert_int_equal(ann->refcount, 2);
+}
+
+/* ---- destroy's record and the readings back ---- */
+
+static void test_destroy_annotations_and_view(void **state)
+{
+        usage_metrics u = { .cpu_ms = 1234, .memory_peak_bytes = 5 << 20 };
+        int64_t now = 1767225600000ll; /* 2026-01-01T00:00:00Z */
+        _cleanup_json_ json_t *pod =
+                json_pack("{s:{s:s}}", "metadata", "creationTimestamp", "2025-12-31T23:00:00Z");
+        _cleanup_json_ json_t *ann = kobj_destroy_annotations(3600, pod, NULL, &u, now);
+        _cleanup_json_ json_t *ann2 = NULL, *usage = NULL, *pvc = NULL;
+        fe_view v = { 0 };
+
+        (void)state;
+        assert_int_equal(json_object_size(ann), 4);
+        assert_string_equal(json_string_value(json_object_get(ann, ANN_DELETE_AFTER)),
+                            "2026-01-01T01:00:00Z");
+        assert_string_equal(json_string_value(json_object_get(ann, ANN_DESTROYED_AT)),
+                            "2026-01-01T00:00:00Z");
+        assert_string_equal(json_string_value(json_object_get(ann, ANN_CREATED_AT)),
+                            "2025-12-31T23:00:00Z");
+        usage = json_loads(json_string_value(json_object_get(ann, ANN_FINAL_USAGE)), 0, NULL);
+        assert_non_null(usage);
+        assert_int_equal(json_integer_value(json_object_get(usage, "cpu_ms")), 1234);
+        assert_int_equal(json_integer_value(json_object_get(usage, "memory_peak_bytes")), 5 << 20);
+
+        /* Read back as the PVC carries it. */
+        pvc = json_pack("{s:{s:s, s:O}}", "metadata", "creationTimestamp", "2025-06-01T00:00:00Z",
+                        "annotations", ann);
+        kobj_view_destroyed(ID, pvc, &v);
+        assert_string_equal(v.id, ID);
+        assert_int_equal(v.status, FE_STATUS_DESTROYED);
+        assert_int_equal(v.created_at_ms, now - 3600 * 1000);
+        assert_int_equal(v.destroyed_at_ms, now);
+        assert_int_equal(v.usage.cpu_ms, 1234);
+        assert_int_equal(v.usage.memory_peak_bytes, 5 << 20);
+        fe_view_clear(&v);
+
+        /* Without a pod: the PVC's creation time; without either: now. */
+        ann2 = kobj_destroy_annotations(0, NULL, pvc, &u, now);
+        assert_string_equal(json_string_value(json_object_get(ann2, ANN_CREATED_AT)),
+                            "2025-06-01T00:00:00Z");
+        assert_string_equal(json_string_value(json_object_get(ann2, ANN_DELETE_AFTER)),
+                            "2026-01-01T00:00:00Z");
+        json_decref(ann2);
+        ann2 = kobj_destroy_annotations(0, NULL, NULL, &u, now);
+        assert_string_equal(json_string_value(json_object_get(ann2, ANN_CREATED_AT)),
+                            "2026-01-01T00:00:00Z");
+}
+
+static json_t *pod_in(const char *phase, const char *ready, bool deleting)
+{
+        json_t *pod = json_pack("{s:{}, s:{s:s}}", "metadata", "status", "phase", phase);
+
+        if (ready)
+                json_object_set_new(json_object_get(pod, "status"), "conditions",
+                                    json_pack("[{s:s, s:s}, {s:s, s:s}]", "type", "Initialized",
+                                              "status", "True", "type", "Ready", "status", ready));
+        if (deleting)
+                json_object_set_new(json_object_get(pod, "metadata"), "deletionTimestamp",
+                                    json_string("2026-01-01T00:00:00Z"));
+        return pod;
+}
+
+static void test_pod_status(void **state)
+{
+        struct {
+                const char *phase, *ready;
+                bool deleting;
+                fe_status want;
+        } rows[] = {
+                { "Pending", NULL, false, FE_STATUS_STARTING },
+                { "Running", NULL, false, FE_STATUS_STARTING },
+                { "Running", "False", false, FE_STATUS_STARTING },
+                { "Running", "True", false, FE_STATUS_READY },
+                { "Running", "True", true, FE_STATUS_FAILED },
+                { "Failed", NULL, false, FE_STATUS_FAILED },
+                { "Succeeded", NULL, false, FE_STATUS_FAILED },
+                { "Unknown", NULL, false, FE_STATUS_STARTING },
+        };
+        _cleanup_json_ json_t *bare = json_object();
+
+        (void)state;
+        for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
+                _cleanup_json_ json_t *pod = pod_in(rows[i].phase, rows[i].ready, rows[i].deleting);
+                assert_int_equal(kobj_pod_status(pod), rows[i].want);
+                assert_int_equal(kobj_being_deleted(pod), rows[i].deleting);
+        }
+        assert_int_equal(kobj_pod_status(bare), FE_STATUS_STARTING);
+}
+
+static void test_workspace_mount_path(void **state)
+{
+        _cleanup_json_ json_t *pod = json_pack(
+                "{s:{s:[{s:s, s:[{s:s, s:s}]}, {s:s, s:[{s:s, s:s}, {s:s, s:s}]}]}}", "spec",
+                "containers", "name", "sidecar", "volumeMounts", "name", WORKSPACE_VOLUME,
+                "mountPath", "/not-this", "name", SANDBOX_CONTAINER, "volumeMounts", "name",
+                "other", "mountPath", "/other", "name", WORKSPACE_VOLUME, "mountPath", "/ws");
+        _cleanup_json_ json_t *none =
+                json_pack("{s:{s:[{s:s}]}}", "spec", "containers", "name", SANDBOX_CONTAINER);
+
+        (void)state;
+        assert_string_equal(kobj_workspace_mount_path(pod), "/ws");
+        assert_null(kobj_workspace_mount_path(none));
+}
+
+static void test_metadata_readers(void **state)
+{
+        (void)state;
+        assert_int_equal(kobj_time_of("2026-01-01T00:00:00Z"), 1767225600000ll);
+        assert_int_equal(kobj_time_of(NULL), 0);
+        assert_int_equal(kobj_time_of("yesterday"), 0);
+        assert_true(kobj_streq0("a", "a"));
+        assert_false(kobj_streq0("a", "b"));
+        assert_false(kobj_streq0(NULL, "a"));
+        assert_false(kobj_streq0(NULL, NULL));
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_pod_name),
+                cmocka_unit_test(test_spec_defaults),
+                cmocka_unit_test(test_spec_checks),
+                cmocka_unit_test(test_quantity_and_class_names),
+                cmocka_unit_test(test_pod_fields),
+                cmocka_unit_test(test_pod_without_runtime_class_and_odd_ids),
+                cmocka_unit_test(test_pvc_fields),
+                cmocka_unit_test(test_destroy_annotations_and_view),
+                cmocka_unit_test(test_pod_status),
+                cmocka_unit_test(test_workspace_mount_path),
+                cmocka_unit_test(test_metadata_readers),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
