@@ -550,15 +550,22 @@ void rt_exec_free(rt_exec *ex)
 
 size_t rt_descendants(const rt_proc *procs, size_t n, int pid, int **ret)
 {
-        /* Breadth-first: found[] grows as children of what it holds are found. Each process
-         * has one parent, so nothing is found twice, and at most n are found. */
+        /* Breadth-first: found[] grows as children of what it holds are found. A table read
+         * while processes come and go may list a pid twice (under two parents) or hold a
+         * parent loop: a pid already found is not added again, so each is signalled once
+         * and at most n are found. */
         int *found = cs_xcalloc(n + 1, sizeof(*found));
         size_t nf = 0;
 
         for (size_t k = 0; k <= nf; k++) {
                 int parent = k == 0 ? pid : found[k - 1];
                 for (size_t i = 0; i < n && nf < n; i++) {
-                        if (procs[i].ppid == parent && procs[i].pid != pid)
+                        bool seen = procs[i].pid == pid;
+                        if (procs[i].ppid != parent)
+                                continue;
+                        for (size_t j = 0; j < nf && !seen; j++)
+                                seen = found[j] == procs[i].pid;
+                        if (!seen)
                                 found[nf++] = procs[i].pid;
                 }
         }

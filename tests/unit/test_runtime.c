@@ -43,16 +43,34 @@ static void test_descendants(void **state)
         assert_int_equal(rt_descendants(procs, 0, 5, &d), 0);
 }
 
+/* Asserts that the descendants of pid in procs are exactly want (each once, any order). */
+static void check_descendants(const rt_proc *procs, size_t n, int pid, const int *want,
+                              size_t n_want)
+{
+        _cleanup_free_ int *d = NULL;
+        size_t got = rt_descendants(procs, n, pid, &d);
+
+        assert_int_equal(got, n_want);
+        qsort(d, got, sizeof(*d), int_cmp);
+        for (size_t i = 0; i < n_want; i++)
+                assert_int_equal(d[i], want[i]);
+}
+
 static void test_descendants_bad_table(void **state)
 {
-        /* A table with a parent loop (not a real process table) ends, within bounds. */
+        /* Tables a racing `ps` can produce. A parent loop through pid itself: 2 is 3's child
+         * and its parent; 4 is 3's child. */
         const rt_proc loop[] = { { 2, 3 }, { 3, 2 }, { 4, 3 } };
-        _cleanup_free_ int *d = NULL;
-        size_t n;
+        /* A pid listed twice under two parents (3 moved under 4), a loop beside pid. */
+        const rt_proc twice[] = { { 3, 2 }, { 4, 3 }, { 3, 4 }, { 5, 4 } };
+        /* A loop that does not reach pid: nothing of it is a descendant. */
+        const rt_proc apart[] = { { 2, 1 }, { 7, 8 }, { 8, 7 } };
+        const int want_loop[] = { 3, 4 }, want_twice[] = { 3, 4, 5 };
 
         (void)state;
-        n = rt_descendants(loop, ARRAY_SIZE(loop), 2, &d);
-        assert_true(n <= ARRAY_SIZE(loop));
+        check_descendants(loop, ARRAY_SIZE(loop), 2, want_loop, ARRAY_SIZE(want_loop));
+        check_descendants(twice, ARRAY_SIZE(twice), 2, want_twice, ARRAY_SIZE(want_twice));
+        check_descendants(apart, ARRAY_SIZE(apart), 2, NULL, 0);
 }
 
 int main(void)
