@@ -321,7 +321,12 @@ static void pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t deadlin
 
 static void classify_exit(int status, stop_reason why, int last_sig, bool oom, exec_result *r)
 {
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        /* The host process itself killed by signal n (runsc exec killed, e.g. by the host's
+         * OOM killer or a dying sandbox; or a backend whose host process is the command)
+         * reads as runsc would report it: 128+n. */
+        int code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                         : -1;
 
         r->cancelled = why == STOP_CANCEL;
         r->timed_out = why == STOP_TIMEOUT;
