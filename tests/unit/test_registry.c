@@ -238,7 +238,7 @@ static void test_restart_reconciliation(void **state)
         sb_info info = { 0 };
         sandbox *sb;
         _cleanup_free_ char *spec_file = NULL;
-        pid_t leftover, leftover_child, bystander;
+        pid_t leftover, leftover_child, bystander, bystander_child;
         int status;
 
         open_registry(f);
@@ -283,6 +283,7 @@ static void test_restart_reconciliation(void **state)
         spec_file = sandbox_path(f, ID_RUNNING, RT_EXEC_PID_PREFIX "old.json");
         put_file(spec_file, "{}");
         bystander = start_leftover();
+        bystander_child = first_child(bystander);
         write_pid(f, ID_LOST, RT_EXEC_PID_PREFIX "old" RT_EXEC_PID_SUFFIX, bystander);
 
         open_registry(f);
@@ -324,6 +325,8 @@ static void test_restart_reconciliation(void **state)
         /* A lost container's pid file names no process of it any more: not signalled. */
         assert_false(exists(f, ID_LOST, RT_EXEC_PID_PREFIX "old" RT_EXEC_PID_SUFFIX));
         assert_int_equal(waitpid(bystander, &status, WNOHANG), 0);
+        assert_int_equal(kill(bystander_child, 0), 0); /* not signalled */
+        kill(bystander_child, SIGKILL);
         kill(bystander, SIGKILL);
         assert_int_equal(waitpid(bystander, &status, 0), bystander);
 }
