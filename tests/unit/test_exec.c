@@ -694,6 +694,49 @@ static void test_runtime_dies_mid_exec(void **state)
         collector_clear(&c);
 }
 
+/* An OOM kill in the exec's window (the cgroup's oom_kill count grew): reported as SIGKILL,
+ * and the sandbox marked FAILED when its container went with it (gVisor's usual case). */
+static void stop_container(void *userdata, const rt_exec_spec *spec, pid_t pid)
+{
+        fixture *f = userdata;
+
+        (void)pid;
+        fake_runtime_set(f->fake, spec->container_id, RT_STOPPED);
+}
+
+static void test_oom_kill(void **state)
+{
+        fixture *f = *state;
+        _cleanup_free_ char *events =
+                cs_xasprintf("%s/compute/%s/memory.events", f->cg_dir, SB_UUID);
+        char *keys[] = { "EVENTS" }, *values[] = { events };
+        collector c;
+        run x = { .script = "echo 'oom_kill 1' > \"$EVENTS\"; kill -KILL $$",
+                  .env_keys = keys,
+                  .env_values = values,
+                  .n_env = 1,
+                  .cancel_fd = -1,
+                  .out = &c,
+                  .f = f };
+        sb_info info = { 0 };
+        cs_error *err = NULL;
+
+        put_file(events, "oom_kill 0\n");
+        collector_init(&c);
+        fake_runtime_on_exec(f->fake, stop_container, f);
+        run_exec(&x);
+        fake_runtime_on_exec(f->fake, NULL, NULL);
+        assert_int_equal(x.r, 0);
+        assert_true(x.res.oom_killed);
+        assert_int_equal(x.res.signal, SIGKILL);
+        assert_int_equal(x.res.exit_code, 128 + SIGKILL);
+        assert_int_equal(sb_describe(f->reg, SB_UUID, &info, &err), 0);
+        assert_int_equal(info.status, SB_FAILED);
+        assert_string_equal(info.status_message, "the sandbox ran out of memory");
+        sb_info_clear(&info);
+        collector_clear(&c);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -709,6 +752,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_caller_error_kept, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_pidfd_exhausted, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_runtime_dies_mid_exec, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_oom_kill, setup, teardown),
         };
 
         /* A client that went away must not kill the runner with SIGPIPE. */
