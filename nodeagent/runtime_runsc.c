@@ -423,23 +423,17 @@ static int runsc_processes(runtime *rt, const char *id, rt_proc **ret, size_t *r
 {
         _cleanup_free_ char *out = NULL;
         const char *args[] = { "ps", id, NULL };
-        size_t n = 0, cap = 16;
-        rt_proc *procs;
+        size_t n = 0, cap = 0;
+        rt_proc *procs = NULL;
         char *save = NULL;
 
         if (runsc_run(RUNSC(rt), args, &out, err) < 0)
                 return -1;
-        procs = cs_xcalloc(cap, sizeof(*procs));
         for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
                 int uid, pid, ppid;
                 if (sscanf(line, "%d %d %d", &uid, &pid, &ppid) != 3)
                         continue; /* the header */
-                if (n == cap) {
-                        cap *= 2;
-                        procs = realloc(procs, cap * sizeof(*procs));
-                        if (!procs)
-                                abort();
-                }
+                procs = cs_xgrow(procs, n, &cap, sizeof(*procs));
                 procs[n++] = (rt_proc){ .pid = pid, .ppid = ppid };
         }
         *ret = procs;

@@ -106,12 +106,7 @@ static int host_processes(rt_proc **ret, size_t *ret_n, cs_error **err)
                 close_paren = strrchr(buf, ')');
                 if (!close_paren || sscanf(close_paren + 1, " %*c %d", &ppid) != 1)
                         continue;
-                if (n == cap) {
-                        cap = cap ? cap * 2 : 256;
-                        procs = realloc(procs, cap * sizeof(*procs));
-                        if (!procs)
-                                abort();
-                }
+                procs = cs_xgrow(procs, n, &cap, sizeof(*procs));
                 procs[n++] = (rt_proc){ .pid = pid, .ppid = ppid };
         }
         closedir(d);
