@@ -364,8 +364,9 @@ static int make_pipe(int fds[2], cs_error **err)
 
 /* The host process could not be watched (no pidfd): stop what it started in the sandbox,
  * then the host process itself, and reap it. The child is ours and not reaped yet, so its pid
- * cannot have been reused. */
-static void exec_abandon(runtime *rt, const char *container_id, const rt_exec *ex)
+ * cannot have been reused. Returns false when the in-sandbox process may still run: its pid
+ * could not be read (the same lack of fds can keep the pid file from opening). */
+static bool exec_abandon(runtime *rt, const char *container_id, const rt_exec *ex)
 {
         cs_error *ignored = NULL;
         int status, pid = 0;
@@ -375,7 +376,7 @@ static void exec_abandon(runtime *rt, const char *container_id, const rt_exec *e
         for (int i = 0; i < 100 && pid <= 0; i++) {
                 pid = rt_exec_internal_pid(ex);
                 if (pid <= 0 && waitpid(ex->host_pid, &status, WNOHANG) == ex->host_pid)
-                        return; /* it ended (and is reaped): nothing left to stop */
+                        return true; /* it ended (and is reaped): nothing left to stop */
                 if (pid <= 0)
                         usleep(10 * 1000);
         }
@@ -384,19 +385,23 @@ static void exec_abandon(runtime *rt, const char *container_id, const rt_exec *e
         kill(ex->host_pid, SIGKILL);
         if (proc_wait(ex->host_pid, &status, &ignored) < 0)
                 cs_error_free(ignored);
+        return pid > 0;
 }
 
 /* A pidfd for the exec's host process. On failure (out of fds, mostly: EMFILE, ENFILE) the
  * process is stopped and reaped and *err says why: RESOURCE_EXHAUSTED for a lack of fds or
- * memory, UNAVAILABLE otherwise (kernels before 5.3 have no pidfd_open). */
-static int exec_pidfd(runtime *rt, const char *container_id, const rt_exec *ex, cs_error **err)
+ * memory, UNAVAILABLE otherwise (kernels before 5.3 have no pidfd_open). If the process in
+ * the sandbox could not be stopped, its pid file is kept (ex->pid_file dropped, not removed):
+ * the next start of the agent kills what such files name. */
+static int exec_pidfd(runtime *rt, const char *container_id, rt_exec *ex, cs_error **err)
 {
         int fd = (int)syscall(SYS_pidfd_open, ex->host_pid, 0);
         int e = errno;
 
         if (fd >= 0)
                 return fd;
-        exec_abandon(rt, container_id, ex);
+        if (!exec_abandon(rt, container_id, ex))
+                free(TAKE_PTR(ex->pid_file));
         if (e == EMFILE || e == ENFILE || e == ENOMEM)
                 return cs_error_errno(err, e, "cannot watch the exec's process (stopped it)");
         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,

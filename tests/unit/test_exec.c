@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -101,9 +102,37 @@ static int setup(void **state)
         return 0;
 }
 
+/* Kills and reaps whatever the test's processes left: this runner is their subreaper, so an
+ * orphan (a child forked just as its parent was stopped) ends here, not in the host's init. */
+static void reap_leftovers(void)
+{
+        int status;
+
+        for (int round = 0; round < 100; round++) {
+                _cleanup_free_ char *path = cs_xasprintf("/proc/self/task/%d/children", getpid());
+                _cleanup_free_ char *text = NULL;
+                char *cursor, *tok, *save = NULL;
+                bool any = false;
+
+                if (cs_read_file(path, 4096, &text, NULL, NULL) < 0)
+                        break;
+                for (cursor = text; (tok = strtok_r(cursor, " \n", &save)); cursor = NULL) {
+                        kill((pid_t)atoi(tok), SIGKILL);
+                        any = true;
+                }
+                while (waitpid(-1, &status, WNOHANG) > 0)
+                        any = true;
+                if (!any)
+                        break;
+                usleep(10 * 1000);
+        }
+}
+
 static int teardown(void **state)
 {
         fixture *f = *state;
+
+        reap_leftovers();
 
         sb_release(f->reg, f->sb);
         sb_registry_free(f->reg);
@@ -455,7 +484,7 @@ static void test_cancel(void **state)
         fixture *f = *state;
         int p[2];
         collector c;
-        run x = { .script = "echo started; sleep 30", .out = &c, .f = f };
+        run x = { .script = "echo started; exec sleep 30", .out = &c, .f = f };
 
         assert_int_equal(pipe2(p, O_CLOEXEC), 0);
         collector_init(&c);
@@ -480,7 +509,7 @@ static void test_sink_fails(void **state)
 {
         fixture *f = *state;
         collector c;
-        run x = { .script = "echo a; sleep 30", .cancel_fd = -1, .out = &c, .f = f };
+        run x = { .script = "echo a; exec sleep 30", .cancel_fd = -1, .out = &c, .f = f };
 
         collector_init(&c);
         c.fail_at = 1;
@@ -585,37 +614,35 @@ static void test_caller_error_kept(void **state)
 }
 
 /* Out of fds after the start (pidfd_open fails with EMFILE): an error, not an abort(), and
- * the started process stopped and reaped, no fd leaked. */
+ * the started process stopped and reaped, no fd leaked. (exec: the fake's host process is
+ * the process itself, as if the runtime could stop it without knowing its pid.) */
 typedef struct fd_hog {
         struct rlimit saved;
-        int fds[512];
-        int n;
+        bool hit;
 } fd_hog;
 
+/* No new fd for anyone from now on: a limit of 0 makes every open, pipe and pidfd_open fail
+ * with EMFILE, whatever other threads close meanwhile. */
 static void hog_fds(void *userdata, const rt_exec_spec *spec, pid_t pid)
 {
         fd_hog *h = userdata;
-        struct rlimit low;
-        int fd, lowest = spec->stdout_fd < spec->stderr_fd ? spec->stdout_fd : spec->stderr_fd;
+        struct rlimit none;
 
+        (void)spec;
         (void)pid;
-        /* Every fd below the pipes' write ends taken, and the limit there: closing those
-         * ends (exec_run does, next) frees nothing that may be handed out. */
         assert_int_equal(getrlimit(RLIMIT_NOFILE, &h->saved), 0);
-        low = h->saved;
-        low.rlim_cur = (rlim_t)lowest;
-        assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-        while (h->n < (int)ARRAY_SIZE(h->fds) &&
-               (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
-                h->fds[h->n++] = fd;
+        none = h->saved;
+        none.rlim_cur = 0;
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &none), 0);
+        h->hit = true;
 }
 
 static void test_pidfd_exhausted(void **state)
 {
         fixture *f = *state;
         collector c;
-        run x = { .script = "sleep 30", .cancel_fd = -1, .out = &c, .f = f };
-        fd_hog hog = { .n = 0 };
+        run x = { .script = "exec sleep 30", .cancel_fd = -1, .out = &c, .f = f };
+        fd_hog hog = { .hit = false };
         int fds = count_fds(f), status;
         pid_t pid;
 
@@ -623,8 +650,7 @@ static void test_pidfd_exhausted(void **state)
         fake_runtime_on_exec(f->fake, hog_fds, &hog);
         run_exec(&x);
         fake_runtime_on_exec(f->fake, NULL, NULL);
-        for (int i = 0; i < hog.n; i++)
-                close(hog.fds[i]);
+        assert_true(hog.hit);
         assert_int_equal(setrlimit(RLIMIT_NOFILE, &hog.saved), 0);
         assert_int_equal(x.r, -1);
         assert_non_null(x.err);
@@ -637,7 +663,9 @@ static void test_pidfd_exhausted(void **state)
         assert_int_equal(waitpid(pid, &status, WNOHANG), -1);
         assert_int_equal(errno, ECHILD);
         assert_int_equal(count_fds(f), fds);
-        assert_int_equal(exec_files(f), 0);
+        /* The pid file could not be read either (no fd for it): it stays for the next start
+         * of the agent, which kills what it names. */
+        assert_int_equal(exec_files(f), 1);
         assert_int_equal(running_execs(f), 0);
         collector_clear(&c);
 }
@@ -663,7 +691,7 @@ static void test_runtime_dies_mid_exec(void **state)
 {
         fixture *f = *state;
         collector c;
-        run x = { .script = "echo before; sleep 30", .cancel_fd = -1, .out = &c, .f = f };
+        run x = { .script = "echo before; exec sleep 30", .cancel_fd = -1, .out = &c, .f = f };
         runtime *rt = fake_runtime_rt(f->fake);
         rt_state st = RT_RUNNING;
         cs_error *err = NULL;
@@ -757,5 +785,6 @@ int main(void)
 
         /* A client that went away must not kill the runner with SIGPIPE. */
         signal(SIGPIPE, SIG_IGN);
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
