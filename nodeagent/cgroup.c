@@ -655,56 +655,6 @@ int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err)
         return 0;
 }
 
-/* ---- cgroup_pids ------------------------------------------------------------------------ */
-
-static int pid_cmp(const void *a, const void *b)
-{
-        pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
-
-        return (x > y) - (x < y);
-}
-
-int cgroup_pids(const cgroup_fs *fs, const char *path, pid_t **ret, size_t *ret_n, cs_error **err)
-{
-        _cleanup_close_ int fd = -1;
-        _cleanup_free_ char *dir = NULL, *buf = NULL;
-        _cleanup_free_ pid_t *pids = NULL;
-        size_t n = 0, cap = 0, out = 0;
-        char *cursor, *line;
-        int r;
-
-        if (open_main_dir(fs, path, &fd, &dir, err) < 0)
-                return -1;
-        r = read_file_at(fd, dir, "cgroup.procs", CGROUP_LIST_FILE_MAX, &buf, err);
-        if (r < 0)
-                return -1;
-        cursor = r == 0 ? buf : NULL;
-        while ((line = next_line(&cursor))) {
-                char *field = next_field(&line);
-                uint64_t v;
-
-                if (!field)
-                        continue;
-                if (next_field(&line) || parse_u64_str(field, &v) < 0 || v == 0 || v > INT_MAX)
-                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
-                                            "%s/cgroup.procs: bad pid \"%.32s\"", dir, field);
-                if (n == cap) {
-                        cap = cap ? cap * 2 : 16;
-                        pids = xrealloc(pids, cap * sizeof(*pids));
-                }
-                pids[n++] = (pid_t)v;
-        }
-        /* v1 cgroup.procs may be unsorted and hold duplicates; hand out a clean set. */
-        if (n > 0)
-                qsort(pids, n, sizeof(*pids), pid_cmp);
-        for (size_t i = 0; i < n; i++)
-                if (out == 0 || pids[out - 1] != pids[i])
-                        pids[out++] = pids[i];
-        *ret = TAKE_PTR(pids);
-        *ret_n = out;
-        return 0;
-}
-
 /* ---- /proc ------------------------------------------------------------------------------ */
 
 /* Opens proc_root/<pid> for reading the files below it. */
@@ -722,32 +672,6 @@ static int open_proc_pid(const char *proc_root, pid_t pid, int *ret_fd, char **r
                 return cs_error_errno(err, errno, "opening %s", dir); /* ENOENT: NOT_FOUND */
         *ret_fd = fd;
         *ret_dir = TAKE_PTR(dir);
-        return 0;
-}
-
-int proc_read_io(const char *proc_root, pid_t pid, proc_io *ret, cs_error **err)
-{
-        _cleanup_close_ int fd = -1;
-        _cleanup_free_ char *dir = NULL;
-        proc_io io = { 0 };
-        const keyed_field fields[] = {
-                { "rchar:", &io.rchar, true },
-                { "wchar:", &io.wchar, true },
-                /* Only with CONFIG_TASK_IO_ACCOUNTING. */
-                { "read_bytes:", &io.read_bytes, false },
-                { "write_bytes:", &io.write_bytes, false },
-        };
-        int r;
-
-        if (open_proc_pid(proc_root, pid, &fd, &dir, err) < 0)
-                return -1;
-        /* ESRCH from read() (the pid exited after open) maps to NOT_FOUND too. */
-        r = read_keyed_file(fd, dir, "io", fields, ARRAY_SIZE(fields), err);
-        if (r < 0)
-                return -1;
-        if (r > 0)
-                return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "%s/io does not exist", dir);
-        *ret = io;
         return 0;
 }
 

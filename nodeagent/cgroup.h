@@ -62,20 +62,6 @@ int cgroup_read(const cgroup_fs *fs, const char *path, cgroup_sample *ret, cs_er
  * on failure (NOT_FOUND when the cgroup does not exist). */
 int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err);
 
-/* The pids in the cgroup (v1: the cpuacct hierarchy's cgroup.procs; v2: cgroup.procs),
- * sorted and without duplicates. *ret is malloc'd and the caller frees it; it is NULL when
- * *ret_n is 0. NOT_FOUND when the cgroup does not exist. */
-int cgroup_pids(const cgroup_fs *fs, const char *path, pid_t **ret, size_t *ret_n, cs_error **err);
-
-typedef struct proc_io {
-        uint64_t rchar, wchar;            /* bytes through read/write syscalls */
-        uint64_t read_bytes, write_bytes; /* bytes the block layer saw */
-} proc_io;
-
-/* Reads /proc/<pid>/io under proc_root ("/proc" normally). NOT_FOUND when the pid is gone.
- * Reading another process's io file needs ptrace access to it (the agent runs as root). */
-int proc_read_io(const char *proc_root, pid_t pid, proc_io *ret, cs_error **err);
-
 /* Reads rx/tx byte counters of every interface but "lo" in the network namespace of pid
  * (from /proc/<pid>/net/dev), summed. Both 0 when only loopback exists. NOT_FOUND when the
  * pid is gone. */

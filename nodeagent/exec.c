@@ -110,6 +110,7 @@ typedef struct terminator {
         const char *container_id;
         const rt_exec *ex;
         int64_t deadline; /* monotonic ms */
+        int64_t grace_ms; /* between SIGTERM and SIGKILL */
         pthread_mutex_t lock;
         pthread_cond_t cond;
         bool exited;        /* the host process has ended */
@@ -195,7 +196,7 @@ static void *terminator_main(void *arg)
         else
                 __atomic_store_n(&t->last_sig, SIGTERM, __ATOMIC_SEQ_CST);
 
-        if (!wait_exited(t, EXEC_KILL_GRACE_MS)) {
+        if (!wait_exited(t, t->grace_ms)) {
                 if (rt_kill_tree(t->rt, t->container_id, pid, SIGKILL, &err) < 0)
                         cs_error_freep(&err);
                 __atomic_store_n(&t->last_sig, SIGKILL, __ATOMIC_SEQ_CST);
@@ -320,7 +321,12 @@ static void pump_all(pump *p, int out_fd, int err_fd, int pidfd, int64_t deadlin
 
 static void classify_exit(int status, stop_reason why, int last_sig, bool oom, exec_result *r)
 {
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        /* The host process itself killed by signal n (runsc exec killed, e.g. by the host's
+         * OOM killer or a dying sandbox; or a backend whose host process is the command)
+         * reads as runsc would report it: 128+n. */
+        int code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                         : -1;
 
         r->cancelled = why == STOP_CANCEL;
         r->timed_out = why == STOP_TIMEOUT;
@@ -356,23 +362,134 @@ static int make_pipe(int fds[2], cs_error **err)
         return 0;
 }
 
+/* The host process could not be watched (no pidfd): stop what it started in the sandbox,
+ * then the host process itself, and reap it. The child is ours and not reaped yet, so its pid
+ * cannot have been reused. Returns false when the in-sandbox process may still run: its pid
+ * could not be read (the same lack of fds can keep the pid file from opening). */
+static bool exec_abandon(runtime *rt, const char *container_id, const rt_exec *ex)
+{
+        cs_error *ignored = NULL;
+        int status, pid = 0;
+
+        /* runsc reports the in-sandbox pid shortly after it starts; SIGKILL to runsc exec
+         * alone would leave the process running in the sandbox. */
+        for (int i = 0; i < 100 && pid <= 0; i++) {
+                pid = rt_exec_internal_pid(ex);
+                if (pid <= 0 && waitpid(ex->host_pid, &status, WNOHANG) == ex->host_pid)
+                        return true; /* it ended (and is reaped): nothing left to stop */
+                if (pid <= 0)
+                        usleep(10 * 1000);
+        }
+        if (pid > 0 && rt_kill_tree(rt, container_id, pid, SIGKILL, &ignored) < 0)
+                cs_error_freep(&ignored);
+        kill(ex->host_pid, SIGKILL);
+        if (proc_wait(ex->host_pid, &status, &ignored) < 0)
+                cs_error_free(ignored);
+        return pid > 0;
+}
+
+/* A pidfd for the exec's host process. On failure (out of fds, mostly: EMFILE, ENFILE) the
+ * process is stopped and reaped and *err says why: RESOURCE_EXHAUSTED for a lack of fds or
+ * memory, UNAVAILABLE otherwise (kernels before 5.3 have no pidfd_open). If the process in
+ * the sandbox could not be stopped, its pid file is kept (ex->pid_file dropped, not removed):
+ * the next start of the agent kills what such files name. */
+static int exec_pidfd(runtime *rt, const char *container_id, rt_exec *ex, cs_error **err)
+{
+        int fd = (int)syscall(SYS_pidfd_open, ex->host_pid, 0);
+        int e = errno;
+
+        if (fd >= 0)
+                return fd;
+        if (!exec_abandon(rt, container_id, ex))
+                free(TAKE_PTR(ex->pid_file));
+        if (e == EMFILE || e == ENFILE || e == ENOMEM)
+                return cs_error_errno(err, e, "cannot watch the exec's process (stopped it)");
+        return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                            "cannot watch the exec's process (stopped it): pidfd_open: %s",
+                            strerror(e));
+}
+
+static void terminator_init(terminator *t)
+{
+        pthread_condattr_t ca; /* deadlines are on the monotonic clock */
+
+        pthread_mutex_init(&t->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&t->cond, &ca);
+        pthread_condattr_destroy(&ca);
+}
+
+static void terminator_destroy(terminator *t)
+{
+        pthread_cond_destroy(&t->cond);
+        pthread_mutex_destroy(&t->lock);
+}
+
+/* After an OOM kill: on gVisor the OOM killer usually takes the sandbox itself (its Sentry
+ * holds all the memory): say so now rather than at the next status check. */
+static void check_sandbox_after_oom(sb_registry *reg, runtime *rt, sandbox *sb)
+{
+        rt_state st = RT_RUNNING;
+        cs_error *ignored = NULL;
+
+        if (rt->ops->state(rt, sb_container_id(sb), &st, NULL, &ignored) < 0)
+                cs_error_free(ignored);
+        else if (st != RT_RUNNING)
+                sb_mark_failed(reg, sb, "the sandbox ran out of memory");
+}
+
+/* Moves output until the process ends, stopping it at the deadline or on a cancel, and
+ * fills *ret. Owns nothing it is given. */
+static void exec_follow(sb_registry *reg, runtime *rt, sandbox *sb, const exec_sink *sink,
+                        int out_fd, int err_fd, int pidfd, terminator *t, int64_t start,
+                        sb_window *w, exec_result *ret)
+{
+        /* Not calloc: zeroing would touch all EXEC_CHUNK bytes of the buffer (memory that a
+         * thread's arena hands out again is cleared by hand), while most commands write a
+         * few bytes: read(2) touches only what it fills. */
+        _cleanup_free_ pump *p = cs_xmalloc(sizeof(*p));
+        cs_error *wait_err = NULL;
+        int status = 0;
+        bool oom = false;
+
+        p->sink = sink;
+        p->sink_ok = true;
+        terminator_start(t);
+        pump_all(p, out_fd, err_fd, pidfd, t->deadline, t);
+        /* A wait failure leaves status 0: nothing more to say (the process was ours). */
+        if (proc_wait(t->ex->host_pid, &status, &wait_err) < 0)
+                cs_error_free(wait_err);
+        ret->wall_ms = cs_now_monotonic_ms() - start;
+        terminator_finish(t);
+
+        sb_window_end(reg, sb, w, &ret->usage, &oom);
+        classify_exit(status, t->reason, __atomic_load_n(&t->last_sig, __ATOMIC_SEQ_CST), oom, ret);
+        if (oom)
+                check_sandbox_after_oom(reg, rt, sb);
+}
+
 int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req,
              const exec_sink *sink, exec_result *ret, cs_error **err)
 {
         int out[2] = { -1, -1 }, errp[2] = { -1, -1 };
         _cleanup_close_ int pidfd = -1;
         _cleanup_free_ char **argv = NULL;
-        _cleanup_free_ pump *p = NULL;
         char **env = NULL;
         int64_t timeout = req->timeout_ms > 0 && req->timeout_ms < EXEC_MAX_TIMEOUT_MS
                                   ? req->timeout_ms
                                   : EXEC_MAX_TIMEOUT_MS;
         int64_t start;
         rt_exec ex = { 0 };
-        terminator t = { .rt = rt, .container_id = sb_container_id(sb), .ex = &ex };
+        terminator t = { .rt = rt,
+                         .container_id = sb_container_id(sb),
+                         .ex = &ex,
+                         .grace_ms =
+                                 req->kill_grace_ms > 0 ? req->kill_grace_ms : EXEC_KILL_GRACE_MS };
         sb_window *w;
-        int status = 0, r = -1;
-        bool oom = false;
+        usage_metrics ignored;
+        int r = -1;
+        bool oom;
 
         if (make_pipe(out, err) < 0 || make_pipe(errp, err) < 0)
                 goto out;
@@ -391,53 +508,21 @@ int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req
                 w = sb_window_begin(reg, sb);
                 start = cs_now_monotonic_ms();
                 if (rt->ops->exec(rt, &spec, &ex, err) < 0) {
-                        usage_metrics ignored;
                         sb_window_end(reg, sb, w, &ignored, &oom);
                         goto out;
                 }
         }
         close(TAKE_FD(out[1]));
         close(TAKE_FD(errp[1]));
-        pidfd = (int)syscall(SYS_pidfd_open, ex.host_pid, 0);
-        if (pidfd < 0)
-                abort(); /* kernels before 5.3 are not supported; the child is ours */
-
-        pthread_mutex_init(&t.lock, NULL);
-        {
-                pthread_condattr_t ca; /* deadlines are on the monotonic clock */
-                pthread_condattr_init(&ca);
-                pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-                pthread_cond_init(&t.cond, &ca);
-                pthread_condattr_destroy(&ca);
+        pidfd = exec_pidfd(rt, sb_container_id(sb), &ex, err);
+        if (pidfd < 0) {
+                sb_window_end(reg, sb, w, &ignored, &oom);
+                goto out;
         }
-        /* Not calloc: zeroing would touch all EXEC_CHUNK bytes of the buffer (memory that a
-         * thread's arena hands out again is cleared by hand), while most commands write a
-         * few bytes: read(2) touches only what it fills. */
-        p = cs_xmalloc(sizeof(*p));
-        p->sink = sink;
-        p->sink_ok = true;
+        terminator_init(&t);
         t.deadline = start + timeout;
-        terminator_start(&t);
-        pump_all(p, out[0], errp[0], pidfd, t.deadline, &t);
-        proc_wait(ex.host_pid, &status, err);
-        ret->wall_ms = cs_now_monotonic_ms() - start;
-        terminator_finish(&t);
-
-        sb_window_end(reg, sb, w, &ret->usage, &oom);
-        classify_exit(status, t.reason, __atomic_load_n(&t.last_sig, __ATOMIC_SEQ_CST), oom, ret);
-        if (oom) {
-                /* On gVisor the OOM killer usually takes the sandbox itself (its Sentry holds
-                 * all the memory): say so now rather than at the next status check. */
-                rt_state st = RT_RUNNING;
-                cs_error *ignored = NULL;
-                if (rt->ops->state(rt, sb_container_id(sb), &st, NULL, &ignored) < 0)
-                        cs_error_free(ignored);
-                else if (st != RT_RUNNING)
-                        sb_mark_failed(reg, sb, "the sandbox ran out of memory");
-        }
-        pthread_cond_destroy(&t.cond);
-        pthread_mutex_destroy(&t.lock);
-        cs_error_freep(err); /* a wait failure leaves status 0: nothing more to say */
+        exec_follow(reg, rt, sb, sink, out[0], errp[0], pidfd, &t, start, w, ret);
+        terminator_destroy(&t);
         r = 0;
 out:
         rt_exec_free(&ex);

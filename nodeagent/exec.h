@@ -8,7 +8,8 @@
  * Ending: the process's exit (its code; a signal death as 128+n and `signal` = n, which is
  * all runsc reports), a cancel (the sink's cancel fd, or the sink failing because the client
  * went away) or the timeout: SIGTERM to the process in the sandbox, SIGKILL to it and every
- * process it started EXEC_KILL_GRACE_MS later if it still runs, exit_code -1.
+ * process it started the grace later (kill_grace_ms, EXEC_KILL_GRACE_MS by default) if it
+ * still runs, exit_code -1.
  *
  * Usage: the sandbox's accounting over the exec's window (sandbox.h). */
 #pragma once
@@ -36,6 +37,7 @@ typedef struct exec_request {
         size_t n_env;
         const char *working_dir; /* NULL or "": the sandbox's mount_path */
         int64_t timeout_ms;      /* <= 0 or above the cap: EXEC_MAX_TIMEOUT_MS */
+        int64_t kill_grace_ms;   /* SIGTERM to SIGKILL; <= 0: EXEC_KILL_GRACE_MS */
 } exec_request;
 
 typedef struct exec_result {
@@ -62,6 +64,11 @@ typedef struct exec_sink {
 int exec_validate(const exec_request *req, cs_error **err);
 
 /* Runs req in sb (which the caller holds) and fills *ret. Fails only when the process could
- * not be started; everything after that ends in *ret. */
+ * not be started or watched (a pidfd: RESOURCE_EXHAUSTED when the agent is out of fds; the
+ * process is then stopped and reaped before the return); everything after that ends in *ret.
+ *
+ * Ownership: req, sink and sb stay the caller's. *err is set (and then owned by the caller)
+ * only when -1 is returned; exec_run never frees or replaces an error it did not make, and
+ * the errors of its own clean-up (a wait, a signal) are its own and freed here. */
 int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req,
              const exec_sink *sink, exec_result *ret, cs_error **err);

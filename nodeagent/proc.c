@@ -261,13 +261,40 @@ static void last_line(const char *path, char *buf, size_t size)
         close(fd);
 }
 
+/* Waits at most timeout_ms for pid to end, without reaping it. Returns whether it ended. A
+ * pidfd when one can be had; without one (out of fds: EMFILE, ENFILE) the wait polls
+ * waitid(WNOWAIT), so that running short of fds slows this down rather than failing it. */
+static bool wait_end(pid_t pid, int64_t timeout_ms)
+{
+        _cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        int64_t deadline = cs_now_monotonic_ms() + timeout_ms;
+
+        if (pidfd >= 0) {
+                struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+                int r;
+                do
+                        r = poll(&pf, 1, timeout_ms > INT32_MAX ? INT32_MAX : (int)timeout_ms);
+                while (r < 0 && errno == EINTR);
+                return r != 0;
+        }
+        for (;;) {
+                siginfo_t si = { 0 };
+                if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                    si.si_pid == pid)
+                        return true;
+                if (cs_now_monotonic_ms() >= deadline)
+                        return false;
+                usleep(10 * 1000);
+        }
+}
+
 int proc_run_detached(char *const argv[], int64_t timeout_ms, const char *log_path, cs_error **err)
 {
-        _cleanup_close_ int log_fd = -1, pidfd = -1;
+        _cleanup_close_ int log_fd = -1;
         proc_spawn_opts opts = { .stdin_fd = -1 };
-        struct pollfd pf;
+        bool ended;
         pid_t pid;
-        int status, r;
+        int status;
         char what[64], line[512];
 
         log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -276,16 +303,12 @@ int proc_run_detached(char *const argv[], int64_t timeout_ms, const char *log_pa
         opts.stdout_fd = opts.stderr_fd = log_fd;
         if (proc_spawn(argv, &opts, &pid, err) < 0)
                 return -1;
-        pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        pf = (struct pollfd){ .fd = pidfd, .events = POLLIN };
-        do
-                r = poll(&pf, 1, timeout_ms > INT32_MAX ? INT32_MAX : (int)timeout_ms);
-        while (r < 0 && errno == EINTR);
-        if (r == 0)
+        ended = wait_end(pid, timeout_ms);
+        if (!ended)
                 kill(pid, SIGKILL);
         if (proc_wait(pid, &status, err) < 0)
                 return -1;
-        if (r == 0)
+        if (!ended)
                 return cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
                                     "%s: no answer in %" PRId64 " ms", argv[0], timeout_ms);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -235,23 +235,47 @@ static rt_state state_from_string(const char *s)
         return RT_STOPPED;
 }
 
+static int runsc_list_details(runtime *rt, rt_container **ret, size_t *ret_n, cs_error **err);
+
+/* Whether runsc knows container id, from `runsc list`'s JSON. runsc's state and delete fail
+ * with exit status 1 whatever the cause (no such container, a broken root, a timeout), so a
+ * failure is told apart by asking again in a structured way rather than by matching their
+ * stderr text, whose wording changes between runsc releases. */
+static int runsc_known(runtime *rt, const char *id, bool *ret, cs_error **err)
+{
+        rt_container *cs = NULL;
+        size_t n = 0;
+
+        if (runsc_list_details(rt, &cs, &n, err) < 0)
+                return -1;
+        *ret = false;
+        for (size_t i = 0; i < n && !*ret; i++)
+                *ret = strcmp(cs[i].id, id) == 0;
+        rt_containers_free(cs, n);
+        return 0;
+}
+
 static int runsc_state(runtime *rt, const char *id, rt_state *ret, pid_t *ret_pid, cs_error **err)
 {
         _cleanup_free_ char *out = NULL;
         const char *args[] = { "state", id, NULL };
-        cs_error *e = NULL;
         json_t *doc;
         const char *status = NULL;
         json_int_t pid = 0;
+        bool known = true;
 
-        if (runsc_run(RUNSC(rt), args, &out, &e) < 0) {
-                if (strstr(e->msg, "does not exist") || strstr(e->msg, "not found")) {
-                        cs_error_free(e);
-                        *ret = RT_ABSENT;
-                        return 0;
-                }
-                *err = e;
-                return -1;
+        if (runsc_run(RUNSC(rt), args, &out, err) < 0) {
+                cs_error *lerr = NULL;
+                /* Absent when `list` confirms it; otherwise the state's own error stands. */
+                if (runsc_known(rt, id, &known, &lerr) < 0)
+                        cs_error_free(lerr);
+                if (known)
+                        return -1;
+                cs_error_freep(err);
+                *ret = RT_ABSENT;
+                if (ret_pid)
+                        *ret_pid = 0;
+                return 0;
         }
         doc = json_loads(out, 0, NULL);
         if (!doc || json_unpack(doc, "{s:s, s?I}", "status", &status, "pid", &pid) < 0) {
@@ -399,23 +423,17 @@ static int runsc_processes(runtime *rt, const char *id, rt_proc **ret, size_t *r
 {
         _cleanup_free_ char *out = NULL;
         const char *args[] = { "ps", id, NULL };
-        size_t n = 0, cap = 16;
-        rt_proc *procs;
+        size_t n = 0, cap = 0;
+        rt_proc *procs = NULL;
         char *save = NULL;
 
         if (runsc_run(RUNSC(rt), args, &out, err) < 0)
                 return -1;
-        procs = cs_xcalloc(cap, sizeof(*procs));
         for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
                 int uid, pid, ppid;
                 if (sscanf(line, "%d %d %d", &uid, &pid, &ppid) != 3)
                         continue; /* the header */
-                if (n == cap) {
-                        cap *= 2;
-                        procs = realloc(procs, cap * sizeof(*procs));
-                        if (!procs)
-                                abort();
-                }
+                procs = cs_xgrow(procs, n, &cap, sizeof(*procs));
                 procs[n++] = (rt_proc){ .pid = pid, .ppid = ppid };
         }
         *ret = procs;
@@ -433,11 +451,14 @@ static int runsc_destroy(runtime *rt, const char *id, cs_error **err)
         runsc_run(RUNSC(rt), kill_args, NULL, &ignored);
         cs_error_free(ignored);
         if (runsc_run(RUNSC(rt), delete_args, NULL, err) < 0) {
-                if (strstr((*err)->msg, "does not exist")) {
-                        cs_error_freep(err);
-                        return 0;
-                }
-                return -1;
+                cs_error *lerr = NULL;
+                bool known = true;
+                /* Absent is fine: asked of `list`, not read from delete's stderr. */
+                if (runsc_known(rt, id, &known, &lerr) < 0)
+                        cs_error_free(lerr);
+                if (known)
+                        return -1;
+                cs_error_freep(err);
         }
         return 0;
 }
@@ -523,15 +544,22 @@ void rt_exec_free(rt_exec *ex)
 
 size_t rt_descendants(const rt_proc *procs, size_t n, int pid, int **ret)
 {
-        /* Breadth-first: found[] grows as children of what it holds are found. Each process
-         * has one parent, so nothing is found twice, and at most n are found. */
+        /* Breadth-first: found[] grows as children of what it holds are found. A table read
+         * while processes come and go may list a pid twice (under two parents) or hold a
+         * parent loop: a pid already found is not added again, so each is signalled once
+         * and at most n are found. */
         int *found = cs_xcalloc(n + 1, sizeof(*found));
         size_t nf = 0;
 
         for (size_t k = 0; k <= nf; k++) {
                 int parent = k == 0 ? pid : found[k - 1];
                 for (size_t i = 0; i < n && nf < n; i++) {
-                        if (procs[i].ppid == parent && procs[i].pid != pid)
+                        bool seen = procs[i].pid == pid;
+                        if (procs[i].ppid != parent)
+                                continue;
+                        for (size_t j = 0; j < nf && !seen; j++)
+                                seen = found[j] == procs[i].pid;
+                        if (!seen)
                                 found[nf++] = procs[i].pid;
                 }
         }

@@ -165,14 +165,6 @@ static const char v2_io_stat[] =
 static const char v2_memory_events[] =
         "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n";
 
-static const char proc_io_contents[] = "rchar: 323934931\n"
-                                       "wchar: 323929600\n"
-                                       "syscr: 632687\n"
-                                       "syscw: 632675\n"
-                                       "read_bytes: 8192\n"
-                                       "write_bytes: 323932160\n"
-                                       "cancelled_write_bytes: 0\n";
-
 static const char net_dev_header[] =
         "Inter-|   Receive                                                |  Transmit\n"
         " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets "
@@ -455,8 +447,6 @@ static void test_read_not_found(void **state)
         cgroup_fs fs = { 0 };
         cgroup_sample s;
         cs_error *err = NULL;
-        pid_t *pids = NULL;
-        size_t n = 0;
 
         make_v1_tree(f->dir, "cpuacct");
         /* A memory cgroup alone does not make the cgroup exist: v1 looks at cpuacct. */
@@ -465,8 +455,6 @@ static void test_read_not_found(void **state)
         assert_int_equal(cgroup_read(&fs, "/compute/other", &s, &err), -1);
         check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/other");
         assert_int_equal(cgroup_reset_peak(&fs, "/compute/missing", &err), -1);
-        check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/missing");
-        assert_int_equal(cgroup_pids(&fs, "/compute/missing", &pids, &n, &err), -1);
         check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/missing");
         cgroup_fs_free(&fs);
 }
@@ -741,98 +729,7 @@ static void test_reset_peak_v2(void **state)
         cgroup_fs_free(&fs);
 }
 
-/* ---- cgroup_pids ------------------------------------------------------------------------ */
-
-static void test_pids(void **state)
-{
-        fixture *f = *state;
-        cgroup_fs fs = { 0 };
-        cs_error *err = NULL;
-        pid_t *pids = NULL;
-        size_t n = 99;
-
-        make_v1_tree(f->dir, "cpuacct");
-        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "4242\n17\n4242\n99999\n");
-        detect(f->dir, CGROUP_V1, &fs);
-        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), 0);
-        assert_int_equal(n, 3);
-        assert_int_equal(pids[0], 17);
-        assert_int_equal(pids[1], 4242);
-        assert_int_equal(pids[2], 99999);
-        free(pids);
-
-        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "");
-        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), 0);
-        assert_int_equal(n, 0);
-        assert_null(pids);
-
-        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "12\nabc\n");
-        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), -1);
-        check_error(&err, GRPC_STATUS_INTERNAL, "cgroup.procs");
-        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "0\n");
-        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), -1);
-        check_error(&err, GRPC_STATUS_INTERNAL, "cgroup.procs");
-        put(f->dir, "cpuacct/compute/abc/cgroup.procs", "4294967296\n");
-        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), -1);
-        check_error(&err, GRPC_STATUS_INTERNAL, "cgroup.procs");
-        cgroup_fs_free(&fs);
-}
-
-static void test_pids_v2(void **state)
-{
-        fixture *f = *state;
-        cgroup_fs fs = { 0 };
-        cs_error *err = NULL;
-        pid_t *pids = NULL;
-        size_t n = 0;
-
-        make_v2_tree(f->dir);
-        put(f->dir, "compute/abc/cgroup.procs", "301\n300\n");
-        detect(f->dir, CGROUP_V2, &fs);
-        assert_int_equal(cgroup_pids(&fs, "/compute/abc", &pids, &n, &err), 0);
-        assert_int_equal(n, 2);
-        assert_int_equal(pids[0], 300);
-        assert_int_equal(pids[1], 301);
-        free(pids);
-        cgroup_fs_free(&fs);
-}
-
 /* ---- /proc ------------------------------------------------------------------------------ */
-
-static void test_proc_io(void **state)
-{
-        fixture *f = *state;
-        cs_error *err = NULL;
-        proc_io io;
-
-        put(f->dir, "1234/io", proc_io_contents);
-        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), 0);
-        assert_int_equal(io.rchar, 323934931);
-        assert_int_equal(io.wchar, 323929600);
-        assert_int_equal(io.read_bytes, 8192);
-        assert_int_equal(io.write_bytes, 323932160);
-
-        /* A kernel without CONFIG_TASK_IO_ACCOUNTING prints only the syscall counters. */
-        put(f->dir, "1234/io", "rchar: 5\nwchar: 6\nsyscr: 1\nsyscw: 1\n");
-        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), 0);
-        assert_int_equal(io.rchar, 5);
-        assert_int_equal(io.read_bytes, 0);
-
-        assert_int_equal(proc_read_io(f->dir, 999, &io, &err), -1);
-        check_error(&err, GRPC_STATUS_NOT_FOUND, "999");
-        mkdirs(f->dir, "998");
-        assert_int_equal(proc_read_io(f->dir, 998, &io, &err), -1);
-        check_error(&err, GRPC_STATUS_NOT_FOUND, "998");
-        assert_int_equal(proc_read_io(f->dir, 0, &io, &err), -1);
-        check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "pid");
-
-        put(f->dir, "1234/io", "rchar: lots\nwchar: 6\n");
-        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), -1);
-        check_error(&err, GRPC_STATUS_INTERNAL, "1234/io");
-        put(f->dir, "1234/io", "garbage\n");
-        assert_int_equal(proc_read_io(f->dir, 1234, &io, &err), -1);
-        check_error(&err, GRPC_STATUS_INTERNAL, "1234/io");
-}
 
 static void test_proc_net(void **state)
 {
@@ -890,7 +787,6 @@ static void test_proc_real_self(void **state)
         cs_error *err = NULL;
         char buf[256];
         uint64_t rx, tx;
-        proc_io io;
         int fd;
 
         (void)state;
@@ -899,9 +795,6 @@ static void test_proc_real_self(void **state)
         assert_true(fd >= 0);
         assert_true(read(fd, buf, sizeof(buf)) > 0);
         close(fd);
-        if (proc_read_io("/proc", getpid(), &io, &err) < 0)
-                fail_msg("proc_read_io self: %s", err->msg);
-        assert_true(io.rchar > 0);
         if (proc_read_net("/proc", getpid(), &rx, &tx, &err) < 0)
                 fail_msg("proc_read_net self: %s", err->msg);
 }
@@ -925,10 +818,7 @@ static void test_no_fd_leaks(void **state)
         cgroup_fs v1 = { 0 }, v2 = { 0 };
         cgroup_sample s;
         cs_error *err = NULL;
-        pid_t *pids = NULL;
-        size_t n = 0;
         uint64_t rx, tx;
-        proc_io io;
         char root1[128], root2[128];
         int before;
 
@@ -951,13 +841,10 @@ static void test_no_fd_leaks(void **state)
         cs_error_freep(&err);
         assert_int_equal(cgroup_reset_peak(&v1, "/compute/abc", &err), 0);
         assert_int_equal(cgroup_reset_peak(&v2, "/compute/abc", &err), 1);
-        assert_int_equal(cgroup_pids(&v1, "/compute/abc", &pids, &n, &err), 0);
-        free(pids);
         assert_int_equal(cgroup_fs_detect(f->dir, &v2, &err), -1);
         cs_error_freep(&err);
-        assert_int_equal(proc_read_io("/proc", getpid(), &io, &err), 0);
         assert_int_equal(proc_read_net("/proc", getpid(), &rx, &tx, &err), 0);
-        assert_int_equal(proc_read_io(f->dir, 4321, &io, &err), -1);
+        assert_int_equal(proc_read_net(f->dir, 4321, &rx, &tx, &err), -1);
         cs_error_freep(&err);
         assert_int_equal(count_fds(), before);
         cgroup_fs_free(&v1);
@@ -1058,9 +945,6 @@ static void test_real_v1_cgroup(void **state)
         cgroup_fs fs = { 0 };
         cgroup_sample s;
         cs_error *err = NULL;
-        pid_t *pids = NULL;
-        size_t n = 0;
-        bool listed = false;
         char path[80];
         int status;
 
@@ -1091,12 +975,6 @@ static void test_real_v1_cgroup(void **state)
         write_pid(rc->memory, rc->child);
 
         snprintf(path, sizeof(path), "/%s", rc->name);
-        if (cgroup_pids(&fs, path, &pids, &n, &err) < 0)
-                fail_msg("cgroup_pids: %s", err->msg);
-        for (size_t i = 0; i < n; i++)
-                listed = listed || pids[i] == rc->child;
-        free(pids);
-        assert_true(listed);
 
         assert_int_equal(write(rc->release[1], "x", 1), 1);
         assert_int_equal(waitpid(rc->child, &status, 0), rc->child);
@@ -1146,9 +1024,6 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_read_nul_byte, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_reset_peak_v1, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_reset_peak_v2, setup_tmp, teardown_tmp),
-                cmocka_unit_test_setup_teardown(test_pids, setup_tmp, teardown_tmp),
-                cmocka_unit_test_setup_teardown(test_pids_v2, setup_tmp, teardown_tmp),
-                cmocka_unit_test_setup_teardown(test_proc_io, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_proc_net, setup_tmp, teardown_tmp),
                 cmocka_unit_test(test_proc_real_self),
                 cmocka_unit_test_setup_teardown(test_no_fd_leaks, setup_tmp, teardown_tmp),
