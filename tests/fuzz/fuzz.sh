@@ -36,7 +36,7 @@ fuzz_summary() {
         rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
         secs=${COMPUTE_FUZZ_SECONDS:-20}
         files=$(find "$corpus" -type f | wc -l)
-        bytes=$(du -sb "$corpus" | cut -f1)
+        bytes=$(find "$corpus" -type f -printf '%s\n' | awk '{ n += $1 } END { print n + 0 }')
         printf '%s: %s runs in %s s (%s exec/s), corpus %s -> %s inputs (%s bytes)\n' \
                 "$name" "${execs:-?}" "$secs" "${rate:-?}" \
                 "$(find "$seeds" -type f | wc -l)" "$files" "$bytes"
@@ -55,8 +55,9 @@ fuzz_run() {
         mkdir -p "$work/corpus" "$work/artifacts"
         cp -- "$seeds"/* "$work/corpus/"
         [ -f "$dict" ] && args+=("-dict=$dict")
-        # The sanitizer options are the fuzz run's own, whatever the suite exported.
-        ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+        # The sanitizer options are the fuzz run's own, whatever the suite exported; a target's
+        # temporary files go to the work directory (left there if it crashes).
+        TMPDIR=$work ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
                 "$bin" -max_total_time="$secs" -timeout="${COMPUTE_FUZZ_TIMEOUT:-10}" \
                 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \

@@ -11,17 +11,30 @@
  * it never has an empty, "." or ".." component nor a leading or trailing '/', so it cannot
  * leave the workspace root, and cleaning it again gives it back unchanged.
  *
- * Owns: this file. Touches nothing but the code under test (no file system). */
+ * Then the path goes through the whole resolution, ws_read() on a workspace made at start
+ * (WS_TREE: files, a directory, symlinks that climb out, point to absolute paths in and out of
+ * the mount path, loop, and a canary file next to the workspace): a read never returns the
+ * canary, a path that cleaning refuses is refused, and a read that succeeds returns one of the
+ * workspace's files.
+ *
+ * Owns: this file. Touches only the temporary directory it makes in $TMPDIR (default /tmp) at
+ * start and removes at exit. */
+#include <fcntl.h>
+#include <ftw.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "util.h"
 #include "workspace_io.h"
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FUZZ_DEFAULT_MOUNT "/workspace"
@@ -150,6 +163,114 @@ static void check(const char *path, const char *mount)
                 abort();
 }
 
+/* ---- the whole resolution, on a real tree ------------------------------------------------ */
+
+#define FUZZ_CANARY "canary: outside the workspace\n"
+#define FUZZ_FILE_A "inside: a.txt\n"
+#define FUZZ_FILE_B "inside: sub/b.txt\n"
+
+/* The tree under the temporary directory: ws/ is the workspace, mounted at /workspace. */
+static const struct {
+        const char *path, *content, *link; /* content: a file; link: a symlink; neither: a dir */
+} ws_tree[] = {
+        { "outside_canary", FUZZ_CANARY, NULL },
+        { "ws", NULL, NULL },
+        { "ws/a.txt", FUZZ_FILE_A, NULL },
+        { "ws/sub", NULL, NULL },
+        { "ws/sub/b.txt", FUZZ_FILE_B, NULL },
+        { "ws/up", NULL, ".." },
+        { "ws/sub/upup", NULL, "../.." },
+        { "ws/canary", NULL, "../outside_canary" },
+        { "ws/abs_canary", NULL, "/workspace/../outside_canary" },
+        { "ws/abs_in", NULL, "/workspace/sub" },
+        { "ws/abs_etc", NULL, "/etc" },
+        { "ws/abs_root", NULL, "/" },
+        { "ws/loop", NULL, "loop" },
+        { "ws/sub/back", NULL, "../sub/back" },
+        { "ws/to_a", NULL, "sub/../a.txt" },
+        { "ws/fifo_like", NULL, "/dev/null" },
+};
+
+static char tree_dir[256];
+static int ws_fd = -1;
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+        (void)st;
+        (void)flag;
+        (void)ftw;
+        return remove(path);
+}
+
+static void tree_remove(void)
+{
+        if (ws_fd >= 0)
+                close(ws_fd);
+        if (tree_dir[0])
+                nftw(tree_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void tree_make(void)
+{
+        const char *tmp = getenv("TMPDIR");
+
+        snprintf(tree_dir, sizeof(tree_dir), "%s/fuzz_ws_path.XXXXXX",
+                 tmp && tmp[0] ? tmp : "/tmp");
+        if (!mkdtemp(tree_dir))
+                abort();
+        atexit(tree_remove);
+        for (size_t i = 0; i < ARRAY_SIZE(ws_tree); i++) {
+                _cleanup_free_ char *p = cs_xasprintf("%s/%s", tree_dir, ws_tree[i].path);
+                _cleanup_close_ int fd = -1;
+
+                if (ws_tree[i].content) {
+                        fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                        if (fd < 0 ||
+                            cs_write_all(fd, ws_tree[i].content, strlen(ws_tree[i].content)) < 0)
+                                abort();
+                } else if (ws_tree[i].link ? symlink(ws_tree[i].link, p) < 0 : mkdir(p, 0755) < 0) {
+                        abort();
+                }
+        }
+        {
+                _cleanup_free_ char *ws = cs_xasprintf("%s/ws", tree_dir);
+                ws_fd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        }
+        if (ws_fd < 0)
+                abort();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+        (void)argc;
+        (void)argv;
+        tree_make();
+        return 0;
+}
+
+/* Reads path in the workspace: never the canary, only what cleaning lets through. */
+static void check_read(const char *path)
+{
+        ws_root root = { .dirfd = ws_fd, .mount_path = FUZZ_DEFAULT_MOUNT };
+        ws_read_result r;
+        cs_error *err = NULL;
+        _cleanup_free_ char *rel = NULL;
+        bool clean_ok = ws_path_clean(path, FUZZ_DEFAULT_MOUNT, &rel, NULL) == 0;
+
+        if (ws_read(&root, path, 0, 256, &r, &err) < 0) {
+                if (!err || err->code == GRPC_STATUS_OK || !err->msg)
+                        abort();
+                cs_error_free(err);
+                return;
+        }
+        if (!clean_ok || err)
+                abort();
+        if (!(r.len == strlen(FUZZ_FILE_A) && memcmp(r.data, FUZZ_FILE_A, r.len) == 0) &&
+            !(r.len == strlen(FUZZ_FILE_B) && memcmp(r.data, FUZZ_FILE_B, r.len) == 0))
+                abort(); /* the canary, or anything else outside the workspace */
+        free(r.data);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         _cleanup_free_ char *buf = cs_xmalloc(size + 2);
@@ -167,5 +288,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* The same path under the root mount and with no usable mount path at all. */
         check(buf, "/");
         check(buf, NULL);
+        check_read(buf);
         return 0;
 }
