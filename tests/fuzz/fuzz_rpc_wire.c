@@ -33,7 +33,8 @@ typedef struct wire_type {
 } wire_type;
 
 /* Every request the two servers decode, and every response the frontend decodes from an
- * agent. The order is the seeds' first byte (tests/fuzz/make_seeds.py): append only. */
+ * agent. The order is the seeds' first byte (TYPES in tests/fuzz/make_rpc_wire_seeds.py): append
+ * only. */
 static const wire_type wire_types[] = {
         { &compute__v1__create_sandbox_request__descriptor, NULL },
         { &compute__v1__describe_sandbox_request__descriptor, NULL },
