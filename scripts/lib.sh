@@ -3,12 +3,14 @@
 
 CS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Debian 12 packages the build and the test suite need.
+# Debian 12 packages the build and the test suite need (clang and libclang-rt-14-dev: the fuzz
+# targets' libFuzzer build, tests/fuzz/).
 CS_PACKAGES=(
         build-essential cmake pkg-config
         libgrpc-dev libprotobuf-dev protobuf-compiler
         protobuf-c-compiler libprotobuf-c-dev
         libcmocka-dev libjansson-dev libcurl4-openssl-dev libyaml-dev libssl-dev libarchive-dev
+        clang libclang-rt-14-dev
         openssl mmdebstrap busybox-static
         python3 python3-grpcio python3-protobuf python3-yaml
 )

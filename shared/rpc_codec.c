@@ -47,27 +47,45 @@ static size_t wire_varint(const uint8_t *p, size_t len, uint64_t *ret)
 
 #define WIRE_MAX_DEPTH 32
 
+/* The field number of a key, as protobuf-c reads it: 32 bits, whatever a longer key holds. */
+#define WIRE_FIELD(key) ((uint32_t)((key) >> 3))
+
+/* What a walk of a message protobuf-c has decoded finds wrong with it. */
+typedef enum wire_fault {
+        WIRE_FINE,
+        WIRE_NUL,        /* a string field holds a NUL byte */
+        WIRE_FIELD_ZERO, /* a field numbered 0 */
+} wire_fault;
+
 /* protobuf-c keeps strings NUL-terminated without a length: a NUL inside one would cut it
- * short without anyone noticing (a path "a\0/../x" would silently become "a"). Walks the
- * encoded message and names the first string field that holds a NUL byte, if any. The bytes
- * have already been decoded successfully, so only well-formed input reaches here. */
-static const char *wire_nul_string(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
-                                   size_t len, int depth)
+ * short without anyone noticing (a path "a\0/../x" would silently become "a").
+ * It also takes a key of field number 0 for an unknown field when the key is written in more
+ * than one byte (80 00: its check looks at the first byte only), and re-encodes it as 00,
+ * which it refuses: a message that does not survive a round trip through the frontend
+ * (found by tests/fuzz/fuzz_rpc_wire.c). Protobuf has no field 0: refused like a NUL.
+ * Walks the encoded message, nested messages included; for WIRE_NUL, *ret_field names the
+ * field. The bytes have already been decoded successfully, so only well-formed input
+ * reaches here. */
+static wire_fault wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
+                             int depth, const char **ret_field)
 {
         while (len > 0 && depth < WIRE_MAX_DEPTH) {
                 uint64_t key, n = 0;
                 size_t k = wire_varint(p, len, &key);
                 const ProtobufCFieldDescriptor *f;
+                wire_fault fault;
 
                 if (!k)
-                        return NULL;
+                        return WIRE_FINE;
+                if (WIRE_FIELD(key) == 0)
+                        return WIRE_FIELD_ZERO;
                 p += k;
                 len -= k;
                 switch (key & 7) {
                 case 0: /* varint */
                         k = wire_varint(p, len, &n);
                         if (!k)
-                                return NULL;
+                                return WIRE_FINE;
                         break;
                 case 1: /* 64-bit */
                         k = 8;
@@ -78,47 +96,56 @@ static const char *wire_nul_string(const ProtobufCMessageDescriptor *desc, const
                 case 2: /* length-delimited */
                         k = wire_varint(p, len, &n);
                         if (!k || n > len - k)
-                                return NULL;
+                                return WIRE_FINE;
                         f = protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
-                        if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + k, 0, n))
-                                return f->name;
+                        if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + k, 0, n)) {
+                                *ret_field = f->name;
+                                return WIRE_NUL;
+                        }
                         if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                                const char *bad =
-                                        wire_nul_string(f->descriptor, p + k, n, depth + 1);
-                                if (bad)
-                                        return bad;
+                                fault = wire_check(f->descriptor, p + k, n, depth + 1, ret_field);
+                                if (fault != WIRE_FINE)
+                                        return fault;
                         }
                         k += n;
                         break;
                 default:
-                        return NULL;
+                        return WIRE_FINE;
                 }
                 if (k > len)
-                        return NULL;
+                        return WIRE_FINE;
                 p += k;
                 len -= k;
         }
-        return NULL;
+        return WIRE_FINE;
 }
 
-/* Decodes len bytes at data into a message of type desc, refusing strings with a NUL. */
+/* Decodes len bytes at data into a message of type desc, refusing what wire_check finds. */
 static int decode(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                   const char *what, grpc_status_code bad_code, ProtobufCMessage **ret,
                   cs_error **err)
 {
         ProtobufCMessage *msg = protobuf_c_message_unpack(desc, NULL, len, data);
-        const char *field;
+        const char *field = NULL;
+        int r = -1;
 
         if (!msg)
                 return cs_error_set(err, bad_code, "malformed %s: not a valid %s", what,
                                     desc->name);
-        field = wire_nul_string(desc, data, len, 0);
-        if (field) {
-                protobuf_c_message_free_unpacked(msg, NULL);
-                return cs_error_set(err, bad_code, "%s: field %s contains a NUL byte", what, field);
+        switch (wire_check(desc, data, len, 0, &field)) {
+        case WIRE_FINE:
+                *ret = msg;
+                return 0;
+        case WIRE_NUL:
+                cs_error_set(err, bad_code, "%s: field %s contains a NUL byte", what, field);
+                break;
+        case WIRE_FIELD_ZERO:
+                cs_error_set(err, bad_code, "malformed %s: not a valid %s (a field numbered 0)",
+                             what, desc->name);
+                break;
         }
-        *ret = msg;
-        return 0;
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return r;
 }
 
 int rpc_message_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb,
@@ -227,7 +254,9 @@ static bool cur_byte(wire_cursor *c, uint8_t *ret)
 }
 
 /* Reads a varint of at most max bytes: 10 for a value, 5 for a key or a length, as
- * protobuf-c allows (a longer one fails the message there too). */
+ * protobuf-c allows (a longer one fails the message there too). Like protobuf-c, bits past
+ * the 64th are dropped, not refused: this reader must accept exactly what it accepts (a
+ * difference found by tests/fuzz/fuzz_rpc_wire.c). */
 #define VARINT_MAX_VALUE 10
 #define VARINT_MAX_KEY   5
 
@@ -239,8 +268,6 @@ static bool cur_varint(wire_cursor *c, int max, uint64_t *ret)
         for (int i = 0; i < max; i++) {
                 if (!cur_byte(c, &b))
                         return false;
-                if (i == 9 && b > 1)
-                        return false; /* over 64 bits */
                 v |= (uint64_t)(b & 0x7f) << (7 * i);
                 if (!(b & 0x80)) {
                         *ret = v;
@@ -301,7 +328,7 @@ static long wire_split(const grpc_slice_buffer *sb, uint32_t bulk, long keep, ui
                 if (!cur_byte(&c, &b))
                         return seen; /* the end, between two fields */
                 c = start;
-                if (!cur_varint(&c, VARINT_MAX_KEY, &key) || (key >> 3) == 0)
+                if (!cur_varint(&c, VARINT_MAX_KEY, &key) || WIRE_FIELD(key) == 0)
                         return -1;
                 switch (key & 7) {
                 case 0: /* varint */
@@ -322,7 +349,7 @@ static long wire_split(const grpc_slice_buffer *sb, uint32_t bulk, long keep, ui
                 default: /* groups: not in proto3 */
                         return -1;
                 }
-                if ((key >> 3) == bulk && (key & 7) == 2) {
+                if (WIRE_FIELD(key) == bulk && (key & 7) == 2) {
                         bool kept = seen++ == keep;
                         if (kept)
                                 *keep_len = (size_t)n;
