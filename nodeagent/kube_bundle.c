@@ -61,8 +61,12 @@ int kb_parse_config(const char *text, size_t len, kb_container *ret, cs_error **
         res = json_object_get(linux_, "resources");
         json_unpack(res, "{s?{s?I, s?I}}", "cpu", "quota", &quota, "period", &period);
         json_unpack(res, "{s?{s?I}}", "memory", "limit", &limit);
-        if (quota > 0 && period > 0)
-                ret->cpu_millis = (uint32_t)((quota * 1000 + period - 1) / period);
+        if (quota > 0 && period > 0) {
+                /* In 128 bits: quota * 1000 overflows 64 for quotas past INT64_MAX / 1000. */
+                unsigned __int128 millis =
+                        ((unsigned __int128)quota * 1000 + (uint64_t)period - 1) / (uint64_t)period;
+                ret->cpu_millis = millis > UINT32_MAX ? UINT32_MAX : (uint32_t)millis;
+        }
         if (limit > 0)
                 ret->memory_bytes = (uint64_t)limit;
 
@@ -185,7 +189,7 @@ static bool components_ok(const char *p)
 static int slice_path(const char *slice, size_t len, char **ret, cs_error **err)
 {
         static const char suffix[] = ".slice";
-        size_t sl = sizeof(suffix) - 1, base;
+        size_t sl = sizeof(suffix) - 1, base, levels = 1;
         char *out, *o;
 
         if (len == sizeof("-.slice") - 1 && strncmp(slice, "-.slice", len) == 0) {
@@ -201,9 +205,11 @@ static int slice_path(const char *slice, size_t len, char **ret, cs_error **err)
                 if (ch == '/' || (ch == '-' && (i == 0 || i == base - 1 || slice[i - 1] == '-')))
                         return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                             "'%.*s' is not a valid slice name", (int)len, slice);
+                levels += ch == '-';
         }
-        /* Each '-' starts a level: "a-b-c" -> /a.slice/a-b.slice/a-b-c.slice. */
-        out = o = cs_xcalloc(1, (base + sl + 1) * (base + 2) + 1);
+        /* Each '-' starts a level: "a-b-c" -> /a.slice/a-b.slice/a-b-c.slice. Each level is at
+         * most "/" + base + suffix long. */
+        out = o = cs_xcalloc(1, levels * (base + sl + 1) + 1);
         for (size_t i = 0; i <= base; i++) {
                 if (i == base || slice[i] == '-') {
                         *o++ = '/';

@@ -220,6 +220,41 @@ static void test_pod_cgroup(void **state)
         expect_bad_cgroup("a.slice:p:");
 }
 
+/* Found by fuzz_kube_bundle: quota * 1000 overflowed 64 bits, and the result was cut to 32. */
+static void test_parse_huge_quota(void **state)
+{
+        static const char *const docs[] = {
+                "{\"linux\":{\"resources\":{\"cpu\":{\"quota\":9223372036854775807,"
+                "\"period\":1}}}}",
+                "{\"linux\":{\"resources\":{\"cpu\":{\"quota\":5000000000,\"period\":1}}}}",
+        };
+        kb_container c;
+        cs_error *err = NULL;
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+                assert_int_equal(kb_parse_config(docs[i], strlen(docs[i]), &c, &err), 0);
+                assert_int_equal(c.cpu_millis, UINT32_MAX);
+                kb_container_clear(&c);
+        }
+}
+
+/* Found by fuzz_kube_bundle: a long slice name asked for memory quadratic in its length. */
+static void test_pod_cgroup_long_slice(void **state)
+{
+        size_t n = 50000;
+        char *path = cs_xcalloc(1, n + 64), *cg = NULL;
+        cs_error *err = NULL;
+
+        (void)state;
+        memset(path, 'a', n);
+        strcpy(path + n, ".slice:cri-containerd:x");
+        assert_int_equal(kb_pod_cgroup(path, &cg, &err), 0);
+        assert_int_equal(strlen(cg), 1 + n + 6);
+        free(cg);
+        free(path);
+}
+
 static void test_host_path(void **state)
 {
         char *p;
@@ -254,6 +289,8 @@ int main(void)
                 cmocka_unit_test(test_mount_lookup),
                 cmocka_unit_test(test_pod_cgroup),
                 cmocka_unit_test(test_host_path),
+                cmocka_unit_test(test_parse_huge_quota),
+                cmocka_unit_test(test_pod_cgroup_long_slice),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
