@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -179,13 +178,6 @@ static int kube_attach(const kube_pod *pod, const char *mount_path, const char *
         return sb_attach(svc.reg, &spec, ret, err);
 }
 
-static bool fd_readable(int fd)
-{
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-
-        return fd >= 0 && poll(&p, 1, 0) == 1;
-}
-
 /* Kube mode: the pod's container as a referenced sandbox. need_ready (exec): a created
  * container is waited for up to wait_ready_ms, a stopped one is FAILED_PRECONDITION. */
 static int kube_acquire(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, bool need_ready,
@@ -206,7 +198,7 @@ static int kube_acquire(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, bo
                                      kr.pod_name, pod->container_id);
                         goto fail;
                 }
-                if (fd_readable(cancel_fd)) {
+                if (cs_fd_readable(cancel_fd)) {
                         cs_error_set(err, GRPC_STATUS_CANCELLED, "cancelled while waiting");
                         goto fail;
                 }
