@@ -1,8 +1,10 @@
 /* The agent's sandbox sources (nodeagent/source*.c) behind the seam, without gRPC, root or
  * runsc: the paging both sources share, each source's checks of a reference (exact statuses
- * and messages, and when the call gets named), and the kube source end to end over a fake
- * runtime that lists containers whose bundles the test writes (find, wait for a created
- * container, describe, list pages, counts), with a real kube-mode registry behind it.
+ * and messages, and when the call gets named), the local source over a real registry whose
+ * fake runtime "runs" what it creates (create again, list pages, acquire, describe, destroy,
+ * counts), and the kube source end to end over a fake runtime that lists containers whose
+ * bundles the test writes (find, wait for a created container, describe, list pages,
+ * counts), with a real kube-mode registry behind it.
  *
  * Owns: its temporary directory (removed at the end). Touches nothing of the host. */
 #include <setjmp.h>
@@ -22,6 +24,7 @@
 
 #include "source.h"
 #include "util.h"
+#include "uuid.h"
 
 #define SB_UUID "0b4c6f1e-2f4a-4c1d-9c0e-1a2b3c4d5e6f"
 
@@ -285,10 +288,65 @@ static int fake_list_details(runtime *rt, rt_container **ret, size_t *ret_n, cs_
         return 0;
 }
 
+/* Local mode: a created container is running at once. */
+static int fake_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid, cs_error **err)
+{
+        fake_rt *f = fake_of(rt);
+
+        pthread_mutex_lock(&f->lock);
+        if (f->n == FAKE_MAX) {
+                pthread_mutex_unlock(&f->lock);
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED, "fake runtime is full");
+        }
+        snprintf(f->c[f->n].id, sizeof(f->c[f->n].id), "%s", spec->container_id);
+        f->c[f->n].bundle[0] = '\0';
+        f->c[f->n].state = RT_RUNNING;
+        f->n++;
+        pthread_mutex_unlock(&f->lock);
+        *ret_pid = 0;
+        return 0;
+}
+
+static int fake_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err)
+{
+        fake_rt *f = fake_of(rt);
+        char **ids;
+
+        (void)err;
+        pthread_mutex_lock(&f->lock);
+        ids = cs_xcalloc(f->n + 1, sizeof(*ids));
+        for (size_t i = 0; i < f->n; i++)
+                ids[i] = cs_xstrdup(f->c[i].id);
+        *ret_ids = ids;
+        *ret_n = f->n;
+        pthread_mutex_unlock(&f->lock);
+        return 0;
+}
+
+static int fake_destroy(runtime *rt, const char *id, cs_error **err)
+{
+        fake_rt *f = fake_of(rt);
+
+        (void)err;
+        pthread_mutex_lock(&f->lock);
+        for (size_t i = 0; i < f->n; i++) {
+                if (strcmp(f->c[i].id, id) == 0) {
+                        f->c[i] = f->c[f->n - 1];
+                        f->n--;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&f->lock);
+        return 0;
+}
+
 static const runtime_ops fake_ops = {
         .name = "fake",
+        .create = fake_create,
         .state = fake_state,
+        .list = fake_list,
         .list_details = fake_list_details,
+        .destroy = fake_destroy,
 };
 
 static void fake_set_state(fake_rt *f, const char *id, rt_state st)
@@ -662,6 +720,209 @@ static void test_kube_counts(void **state)
         f->rt.fail_list = false;
 }
 
+/* --- the local source over a real registry ----------------------------------------------- */
+
+typedef struct local_fixture {
+        char dir[64];
+        fake_rt rt;
+        cgroup_fs cg;
+        sb_registry *reg;
+        source *src;
+        char ids[3][CS_UUID_STRLEN + 1];
+} local_fixture;
+
+static int local_setup(void **state)
+{
+        local_fixture *f = cs_xcalloc(1, sizeof(*f));
+        _cleanup_free_ char *images = NULL, *image = NULL;
+        sb_config sc = { .grace_ms = 60000, .sample_interval_ms = 60000, .max_sandboxes = 8 };
+        cs_error *err = NULL;
+
+        snprintf(f->dir, sizeof(f->dir), "/tmp/test_source.XXXXXX");
+        assert_non_null(mkdtemp(f->dir));
+        images = cs_xasprintf("%s/images", f->dir);
+        image = cs_xasprintf("%s/" SB_DEFAULT_IMAGE, images);
+        assert_int_equal(mkdir(images, 0700), 0);
+        assert_int_equal(mkdir(image, 0700), 0);
+        f->rt.base.ops = &fake_ops;
+        pthread_mutex_init(&f->rt.lock, NULL);
+        f->cg = (cgroup_fs){ .root = f->dir, .version = CGROUP_V2 };
+        sc.state_dir = f->dir;
+        sc.images_dir = images;
+        sc.cgroup_parent = "/compute";
+        if (sb_registry_open(&sc, &f->rt.base, &f->cg, NULL, &f->reg, &err) < 0)
+                fail_msg("registry: %s", err->msg);
+        f->src = source_local_new(f->reg, 8);
+        for (int i = 0; i < 3; i++) {
+                _cleanup_free_ char *session = cs_xasprintf("session-%d", i);
+                sb_spec spec = { .id = f->ids[i], .tenant_id = "t", .session_id = session };
+                sb_info info = { 0 };
+                bool created = false;
+                named nm;
+                src_call c = call_of(&nm, -1);
+
+                cs_uuid_generate(f->ids[i]);
+                if (f->src->ops->create(f->src, &c, &spec, &info, &created, &err) < 0)
+                        fail_msg("create: %s", err->msg);
+                assert_true(created);
+                assert_string_equal(info.id, f->ids[i]);
+                assert_string_equal(nm.id, f->ids[i]);
+                sb_info_clear(&info);
+        }
+        *state = f;
+        return 0;
+}
+
+static int local_teardown(void **state)
+{
+        local_fixture *f = *state;
+
+        source_free(f->src);
+        sb_registry_free(f->reg);
+        pthread_mutex_destroy(&f->rt.lock);
+        assert_int_equal(cs_remove_tree(AT_FDCWD, f->dir), 0);
+        free(f);
+        return 0;
+}
+
+static src_ref id_ref(const char *id)
+{
+        src_ref r = pod_ref("", "");
+
+        r.sandbox_id = id;
+        return r;
+}
+
+/* Which of the fixture's sandboxes id is, -1 if none. */
+static int which(const local_fixture *f, const char *id)
+{
+        for (int i = 0; i < 3; i++) {
+                if (strcmp(f->ids[i], id) == 0)
+                        return i;
+        }
+        return -1;
+}
+
+static void test_local_create_again(void **state)
+{
+        local_fixture *f = *state;
+        source *s = f->src;
+        sb_spec spec = { .id = "", .tenant_id = "t", .session_id = "session-1" };
+        char other[CS_UUID_STRLEN + 1];
+        sb_info info = { 0 };
+        bool created = true;
+        cs_error *err = NULL;
+        named nm;
+        src_call c = call_of(&nm, -1);
+
+        /* The same session while its sandbox lives: that sandbox, not a new one. */
+        cs_uuid_generate(other);
+        spec.id = other;
+        assert_int_equal(s->ops->create(s, &c, &spec, &info, &created, &err), 0);
+        assert_false(created);
+        assert_string_equal(info.id, f->ids[1]);
+        sb_info_clear(&info);
+}
+
+static void test_local_list_pages(void **state)
+{
+        local_fixture *f = *state;
+        source *s = f->src;
+        src_page page = { .token = "", .size = 2 };
+        int seen[3] = { 0, 0, 0 };
+        src_entry *e = NULL;
+        char *next = NULL;
+        size_t n = 0;
+        cs_error *err = NULL;
+
+        assert_int_equal(s->ops->list(s, &page, &e, &n, &next, &err), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(next, "2");
+        for (size_t i = 0; i < n; i++) {
+                assert_null(e[i].pod.pod_namespace);
+                assert_string_equal(e[i].info.tenant_id, "t");
+                assert_true(which(f, e[i].info.id) >= 0);
+                seen[which(f, e[i].info.id)]++;
+        }
+        src_entries_free(e, n);
+        page.token = next;
+        assert_int_equal(s->ops->list(s, &page, &e, &n, &next, &err), 0);
+        free((char *)page.token);
+        assert_int_equal(n, 1);
+        assert_null(next);
+        assert_true(which(f, e[0].info.id) >= 0);
+        seen[which(f, e[0].info.id)]++;
+        src_entries_free(e, n);
+        /* Every sandbox once over the pages. */
+        assert_int_equal(seen[0] + seen[1] * 10 + seen[2] * 100, 111);
+        page.token = "3";
+        assert_int_equal(s->ops->list(s, &page, &e, &n, &next, &err), 0);
+        assert_int_equal(n, 0);
+        assert_null(next);
+        src_entries_free(e, n);
+}
+
+static void test_local_lifecycle(void **state)
+{
+        local_fixture *f = *state;
+        source *s = f->src;
+        src_ref r = id_ref(f->ids[0]);
+        src_page page = { .token = "", .size = 0 };
+        src_entry e, *list = NULL;
+        sb_info info = { 0 };
+        src_counts counts;
+        sandbox *sb = NULL;
+        char *next = NULL;
+        char unknown[CS_UUID_STRLEN + 1];
+        size_t n = 0;
+        int fd;
+        cs_error *err = NULL;
+        named nm;
+        src_call c = call_of(&nm, -1);
+
+        /* Exec's acquire waits for READY (the starter thread runs the fake create). */
+        if (s->ops->acquire(s, &c, &r, true, 10000, &sb, &err) < 0)
+                fail_msg("acquire: %s", err->msg);
+        assert_string_equal(nm.id, f->ids[0]);
+        fd = s->ops->open_workspace(s, sb_workspace_dir(sb), &err);
+        assert_true(fd >= 0);
+        close(fd);
+        sb_release(f->reg, sb);
+        assert_int_equal(s->ops->open_workspace(s, "/nonexistent/workspace", &err), -1);
+        expect_error(&err, GRPC_STATUS_NOT_FOUND,
+                     "cannot open the workspace: No such file or directory");
+        assert_int_equal(s->ops->describe(s, &c, &r, &e, &err), 0);
+        assert_string_equal(e.info.id, f->ids[0]);
+        assert_int_equal(e.info.status, SB_READY);
+        assert_null(e.pod.pod_namespace);
+        src_entry_clear(&e);
+        cs_uuid_generate(unknown);
+        r = id_ref(unknown);
+        assert_int_equal(s->ops->describe(s, &c, &r, &e, &err), -1);
+        assert_int_equal(err->code, GRPC_STATUS_NOT_FOUND);
+        cs_error_freep(&err);
+        /* Destroyed: kept in the list only when asked for, counted apart. */
+        r = id_ref(f->ids[0]);
+        assert_int_equal(s->ops->destroy(s, &c, &r, NULL, &info, &err), 0);
+        assert_int_equal(info.status, SB_DESTROYED);
+        sb_info_clear(&info);
+        assert_int_equal(s->ops->list(s, &page, &list, &n, &next, &err), 0);
+        assert_int_equal(n, 2);
+        assert_null(next);
+        src_entries_free(list, n);
+        page.include_destroyed = true;
+        assert_int_equal(s->ops->list(s, &page, &list, &n, &next, &err), 0);
+        assert_int_equal(n, 3);
+        src_entries_free(list, n);
+        assert_int_equal(s->ops->counts(s, &counts, &err), 0);
+        assert_null(counts.partial);
+        assert_int_equal(counts.max_sandboxes, 8);
+        assert_int_equal(counts.live, 2);
+        assert_int_equal(counts.destroyed, 1);
+        assert_int_equal(counts.cpu_millis_allocated, 2 * SB_DEFAULT_CPU_MILLIS);
+        assert_int_equal(counts.memory_bytes_allocated, 2 * SB_DEFAULT_MEMORY);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -671,6 +932,10 @@ int main(void)
                 cmocka_unit_test(test_pod_key),
                 cmocka_unit_test(test_pod_key_start),
                 cmocka_unit_test(test_local_ref_checks),
+                cmocka_unit_test_setup_teardown(test_local_create_again, local_setup,
+                                                local_teardown),
+                cmocka_unit_test_setup_teardown(test_local_list_pages, local_setup, local_teardown),
+                cmocka_unit_test_setup_teardown(test_local_lifecycle, local_setup, local_teardown),
                 cmocka_unit_test_setup_teardown(test_kube_ref_checks, kube_setup, kube_teardown),
                 cmocka_unit_test_setup_teardown(test_kube_create_destroy_unimplemented, kube_setup,
                                                 kube_teardown),
