@@ -24,6 +24,11 @@
 
 static agent_service svc;
 
+/* GetAgentInfo reports the source's kind as the AgentMode of the same number. */
+_Static_assert((int)SRC_LOCAL == (int)NODEAGENT__V1__AGENT_MODE__AGENT_MODE_LOCAL &&
+                       (int)SRC_KUBE == (int)NODEAGENT__V1__AGENT_MODE__AGENT_MODE_KUBE,
+               "src_kind numbers are nodeagent.v1.AgentMode's");
+
 /* --- conversions ----------------------------------------------------------------------- */
 
 /* Copies an sb_info into a SandboxInfo that lives on the call's arena. */
