@@ -24,6 +24,7 @@
 #include "runtime.h"
 #include "sandbox.h"
 #include "service.h"
+#include "source.h"
 #include "signals.h"
 #include "util.h"
 
@@ -173,10 +174,22 @@ typedef struct agent {
         cgroup_fs cg;
         runtime *rt;
         sb_registry *reg;
-        kube_finder *kube; /* kube mode only */
+        source *src; /* where sandboxes come from: picked once, here */
         char *runtime_version;
         char hostname[256];
 } agent;
+
+/* Kube mode: the finder of the pods' containers under the kubelet's runsc root. */
+static kube_finder *kube_finder_for(runtime *rt)
+{
+        kube_config kc = { .rt = rt,
+                           .host_root = host_root,
+                           .default_container = container_name,
+                           .namespaces = pod_namespaces,
+                           .volume_root = volume_root };
+
+        return kube_finder_new(&kc);
+}
 
 static int agent_open(agent *a, cs_error **err)
 {
@@ -206,24 +219,21 @@ static int agent_open(agent *a, cs_error **err)
         a->runtime_version = runtime_version();
         log_info("runtime %s (%s), cgroup v%d at %s", a->rt->ops->name, a->runtime_version,
                  (int)a->cg.version, cgroup_root);
-        if (kube) {
-                kube_config kc = { .rt = a->rt,
-                                   .host_root = host_root,
-                                   .default_container = container_name,
-                                   .namespaces = pod_namespaces,
-                                   .volume_root = volume_root };
-                a->kube = kube_finder_new(&kc);
+        if (kube)
                 log_info("kube mode: pods of namespaces %s under the runsc root %s, container "
                          "'%s', volumes under %s, host root '%s'",
                          pod_namespaces, rc.root, container_name, volume_root, host_root);
-        }
-        return sb_registry_open(&sc, a->rt, &a->cg, registry_log, &a->reg, err);
+        if (sb_registry_open(&sc, a->rt, &a->cg, registry_log, &a->reg, err) < 0)
+                return -1;
+        a->src = kube ? source_kube_new(kube_finder_for(a->rt), a->reg, a->rt)
+                      : source_local_new(a->reg, (uint32_t)max_sandboxes);
+        return 0;
 }
 
 static void agent_close(agent *a)
 {
+        source_free(a->src);
         sb_registry_free(a->reg);
-        kube_finder_free(a->kube);
         if (a->rt)
                 a->rt->ops->free(a->rt);
         cgroup_fs_free(&a->cg);
@@ -233,7 +243,7 @@ static void agent_close(agent *a)
 static int agent_register(agent *a, rpc_server *srv, cs_error **err)
 {
         agent_service s = {
-                .kube = a->kube,
+                .src = a->src,
                 .reg = a->reg,
                 .rt = a->rt,
                 .cg = &a->cg,
@@ -241,7 +251,6 @@ static int agent_register(agent *a, rpc_server *srv, cs_error **err)
                 .version = AGENT_VERSION,
                 .runtime_version = a->runtime_version,
                 .started_at_ms = cs_now_realtime_ms(),
-                .max_sandboxes = (uint32_t)max_sandboxes,
                 .cpu_millis_capacity = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN) * 1000,
                 .memory_bytes_capacity =
                         (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE),

@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -559,13 +558,6 @@ void sb_counts(sb_registry *reg, uint32_t *ret_live, uint32_t *ret_ready, uint32
         pthread_mutex_unlock(&reg->lock);
 }
 
-static bool fd_readable(int fd)
-{
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-
-        return fd >= 0 && poll(&p, 1, 0) == 1;
-}
-
 int sb_acquire(sb_registry *reg, const char *id, bool need_ready, int64_t wait_ready_ms,
                int cancel_fd, sandbox **ret, cs_error **err)
 {
@@ -597,7 +589,7 @@ int sb_acquire(sb_registry *reg, const char *id, bool need_ready, int64_t wait_r
                                          "sandbox %s is still starting", id);
                         break;
                 }
-                if (fd_readable(cancel_fd)) {
+                if (cs_fd_readable(cancel_fd)) {
                         r = cs_error_set(err, GRPC_STATUS_CANCELLED, "cancelled while waiting");
                         break;
                 }

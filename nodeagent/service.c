@@ -1,15 +1,13 @@
-/* nodeagent.v1.NodeAgent: protobuf in, internal structs to the registry, exec and workspace
- * modules, protobuf out. The only file of the agent that includes generated headers.
+/* nodeagent.v1.NodeAgent: protobuf in, internal structs to the sandbox source, exec and
+ * workspace modules, protobuf out. The only file of the agent that includes generated headers.
  *
- * Both modes share everything past the lookup: a SandboxRef becomes a referenced registry
- * sandbox (local: sb_acquire by sandbox_id; kube: the pod's container found by kube_find and
- * attached with sb_attach), and exec, file I/O and usage run on that the same way. */
+ * Where sandboxes come from is the source's business (source.h: local registry or kube
+ * finder, picked once by main.c): a SandboxRef becomes a src_ref, the source gives back a
+ * referenced registry sandbox, and exec, file I/O and usage run on that the same way whatever
+ * the source. Nothing here asks which source it is. */
 #include "service.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,18 +15,19 @@
 #include "compute/v1/compute.pb-c.h"
 #include "exec.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
-#include "path.h"
 #include "pbconv.h"
 #include "util.h"
-#include "uuid.h"
 #include "workspace_io.h"
 
 /* How long Exec waits for a STARTING sandbox when the request does not say. */
 #define SVC_DEFAULT_WAIT_READY_MS (60 * 1000)
-#define SVC_LIST_PAGE_MAX         1000
-#define SVC_LIST_PAGE_DEFAULT     500
 
 static agent_service svc;
+
+/* GetAgentInfo reports the source's kind as the AgentMode of the same number. */
+_Static_assert((int)SRC_LOCAL == (int)NODEAGENT__V1__AGENT_MODE__AGENT_MODE_LOCAL &&
+                       (int)SRC_KUBE == (int)NODEAGENT__V1__AGENT_MODE__AGENT_MODE_KUBE,
+               "src_kind numbers are nodeagent.v1.AgentMode's");
 
 /* --- conversions ----------------------------------------------------------------------- */
 
@@ -55,249 +54,65 @@ static Nodeagent__V1__SandboxInfo *info_to_pb(rpc_call *call, const sb_info *in)
         return m;
 }
 
-/* The sandbox id a SandboxRef names (local mode). */
-static const char *ref_id(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, cs_error **err)
+/* A source's entry as a SandboxInfo on the call's arena, with its pod if it is in one. */
+static Nodeagent__V1__SandboxInfo *entry_to_pb(rpc_call *call, const src_entry *in)
 {
-        if (!ref) {
-                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "ref is missing");
-                return NULL;
-        }
-        if (ref->pod && ((ref->pod->pod_name && ref->pod->pod_name[0]) ||
-                         (ref->pod->pod_namespace && ref->pod->pod_namespace[0]))) {
-                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                             "this agent runs in local mode: name the sandbox by sandbox_id, "
-                             "not by pod");
-                return NULL;
-        }
-        if (!cs_uuid_valid(ref->sandbox_id)) {
-                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "sandbox_id is not a valid UUID");
-                return NULL;
-        }
-        rpc_call_set_sandbox_id(call, ref->sandbox_id);
-        return ref->sandbox_id;
-}
+        Nodeagent__V1__SandboxInfo *m = info_to_pb(call, &in->info);
+        Nodeagent__V1__PodRef *p;
 
-/* --- kube mode: from a pod reference to a registry sandbox ---------------------------- */
-
-#define KUBE_NAME_MAX 253 /* Kubernetes names (DNS subdomain); uids and container names fit */
-
-static bool kube_name_ok(const char *s, bool required)
-{
-        size_t n = s ? strlen(s) : 0;
-
-        if (n == 0)
-                return !required;
-        if (n > KUBE_NAME_MAX)
-                return false;
-        for (; *s; s++) {
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-                      (*s >= '0' && *s <= '9') || *s == '-' || *s == '.' || *s == '_'))
-                        return false;
-        }
-        return true;
-}
-
-/* Checks a kube-mode SandboxRef; fills *ret (strings borrowed) and the workspace mount path. */
-static int kube_ref_check(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, kube_ref *ret,
-                          const char **ret_mount_path, cs_error **err)
-{
-        const Nodeagent__V1__PodRef *pod = ref ? ref->pod : NULL;
-
-        if (!pod || !pod->pod_namespace[0] || !pod->pod_name[0])
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "this agent runs in kube mode: ref.pod with pod_namespace "
-                                    "and pod_name is required");
-        if (!kube_name_ok(pod->pod_namespace, true) || !kube_name_ok(pod->pod_name, true) ||
-            !kube_name_ok(pod->pod_uid, false) || !kube_name_ok(pod->container_name, false))
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "pod_namespace, pod_name, pod_uid and container_name must be "
-                                    "Kubernetes names of at most %d characters",
-                                    KUBE_NAME_MAX);
-        if (ref->sandbox_id[0]) {
-                if (!cs_uuid_valid(ref->sandbox_id))
-                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                            "sandbox_id is not a valid UUID");
-                rpc_call_set_sandbox_id(call, ref->sandbox_id);
-        }
-        if (!kube_namespace_served(svc.kube, pod->pod_namespace))
-                return cs_error_set(err, GRPC_STATUS_NOT_FOUND,
-                                    "pods of namespace %s are not served by this agent "
-                                    "(--pod-namespaces)",
-                                    pod->pod_namespace);
-        *ret_mount_path = pod->mount_path[0] ? pod->mount_path : SB_DEFAULT_MOUNT_PATH;
-        if (cs_mount_path_check(*ret_mount_path, err) < 0)
-                return -1;
-        *ret = (kube_ref){ .pod_namespace = pod->pod_namespace,
-                           .pod_name = pod->pod_name,
-                           .pod_uid = pod->pod_uid,
-                           .container_name = pod->container_name };
-        return 0;
-}
-
-static sb_status kube_status(rt_state st)
-{
-        switch (st) {
-        case RT_RUNNING:
-                return SB_READY;
-        case RT_CREATED:
-                return SB_STARTING;
-        case RT_STOPPED:
-                return SB_FAILED;
-        default:
-                return 0; /* not asked */
-        }
-}
-
-/* The registry's sandbox for a found container, referenced. */
-static int kube_attach(const kube_pod *pod, const char *mount_path, const char *label,
-                       sandbox **ret, cs_error **err)
-{
-        _cleanup_free_ char *ws = kube_workspace_dir(svc.kube, pod, mount_path);
-        sb_attach_spec spec;
-
-        /* One registry entry per container and mount: a mount path the container does not
-         * have (but the default one, which ListSandboxes uses) makes none. */
-        if (!ws && strcmp(mount_path, SB_DEFAULT_MOUNT_PATH) != 0)
-                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
-                                    "the container has no volume mounted at %s: no workspace "
-                                    "to reach",
-                                    mount_path);
-        spec = (sb_attach_spec){
-                .container_id = pod->container_id,
-                .mount_path = mount_path,
-                .workspace_dir = ws ? ws : "",
-                .cgroup_path = pod->pod_cgroup,
-                .label = label,
-                .image = pod->c.image,
-                .host_pid = pod->pid,
-                .created_at_ms = pod->created_ms,
-                .cpu_millis = pod->c.cpu_millis,
-                .memory_bytes = pod->c.memory_bytes,
-                .status = kube_status(pod->state),
-                .status_message = pod->state == RT_STOPPED ? "the container has exited" : "",
-        };
-        return sb_attach(svc.reg, &spec, ret, err);
-}
-
-static bool fd_readable(int fd)
-{
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-
-        return fd >= 0 && poll(&p, 1, 0) == 1;
-}
-
-/* Kube mode: the pod's container as a referenced sandbox. need_ready (exec): a created
- * container is waited for up to wait_ready_ms, a stopped one is FAILED_PRECONDITION. */
-static int kube_acquire(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, bool need_ready,
-                        int64_t wait_ready_ms, int cancel_fd, kube_pod *pod, sandbox **ret,
-                        cs_error **err)
-{
-        const char *mount_path;
-        kube_ref kr;
-        int64_t deadline = cs_now_monotonic_ms() + wait_ready_ms;
-
-        if (kube_ref_check(call, ref, &kr, &mount_path, err) < 0 ||
-            kube_find(svc.kube, &kr, need_ready, pod, err) < 0)
-                return -1;
-        while (need_ready && pod->state == RT_CREATED) {
-                if (cs_now_monotonic_ms() >= deadline) {
-                        cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                     "pod %s/%s: container %s is still starting", kr.pod_namespace,
-                                     kr.pod_name, pod->container_id);
-                        goto fail;
-                }
-                if (fd_readable(cancel_fd)) {
-                        cs_error_set(err, GRPC_STATUS_CANCELLED, "cancelled while waiting");
-                        goto fail;
-                }
-                usleep(100 * 1000);
-                if (svc.rt->ops->state(svc.rt, pod->container_id, &pod->state, NULL, err) < 0)
-                        goto fail;
-        }
-        if (need_ready && pod->state != RT_RUNNING) {
-                cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
-                             "pod %s/%s: container %s is not running (%s)", kr.pod_namespace,
-                             kr.pod_name, pod->container_id,
-                             pod->state == RT_ABSENT ? "gone" : "exited");
-                goto fail;
-        }
-        if (kube_attach(pod, mount_path, ref->sandbox_id, ret, err) < 0)
-                goto fail;
-        return 0;
-fail:
-        kube_pod_clear(pod);
-        return -1;
-}
-
-/* Either mode: the sandbox a ref names, referenced (release with sb_release). */
-static int acquire(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, bool need_ready,
-                   int64_t wait_ready_ms, int cancel_fd, sandbox **ret, cs_error **err)
-{
-        const char *id;
-
-        if (svc.kube) {
-                kube_pod pod = { 0 };
-                if (kube_acquire(call, ref, need_ready, wait_ready_ms, cancel_fd, &pod, ret, err) <
-                    0)
-                        return -1;
-                kube_pod_clear(&pod);
-                return 0;
-        }
-        id = ref_id(call, ref, err);
-        if (!id)
-                return -1;
-        return sb_acquire(svc.reg, id, need_ready, wait_ready_ms, cancel_fd, ret, err);
-}
-
-/* The PodRef a kube snapshot reports: the pod as found, with uid and container name. */
-static Nodeagent__V1__PodRef *pod_to_pb(rpc_call *call, const kube_pod *pod, const char *mount_path)
-{
-        Nodeagent__V1__PodRef *m = rpc_call_alloc(call, sizeof(*m));
-
-        nodeagent__v1__pod_ref__init(m);
-        m->pod_namespace = rpc_call_strdup(call, pod->c.pod_namespace);
-        m->pod_name = rpc_call_strdup(call, pod->c.pod_name);
-        m->pod_uid = rpc_call_strdup(call, pod->c.pod_uid);
-        m->container_name = rpc_call_strdup(call, pod->c.container_name);
-        m->mount_path = rpc_call_strdup(call, mount_path);
+        if (!in->pod.pod_namespace)
+                return m;
+        p = rpc_call_alloc(call, sizeof(*p));
+        nodeagent__v1__pod_ref__init(p);
+        p->pod_namespace = rpc_call_strdup(call, in->pod.pod_namespace);
+        p->pod_name = rpc_call_strdup(call, in->pod.pod_name);
+        p->pod_uid = rpc_call_strdup(call, in->pod.pod_uid);
+        p->container_name = rpc_call_strdup(call, in->pod.container_name);
+        p->mount_path = rpc_call_strdup(call, in->pod.mount_path);
+        m->pod = p;
         return m;
 }
 
-/* Kube mode: one pod's SandboxInfo, with live status and usage. */
-static int kube_describe(rpc_call *call, const Nodeagent__V1__SandboxRef *ref,
-                         Nodeagent__V1__SandboxInfo **ret, cs_error **err)
+/* A SandboxRef as the source reads it; NULL when the call gives none. Strings borrowed. */
+static const src_ref *ref_from_pb(const Nodeagent__V1__SandboxRef *ref, src_ref *buf)
 {
-        kube_pod pod = { 0 };
-        sandbox *sb;
-        sb_info info = { 0 };
-        const char *mount_path;
-        kube_ref kr;
+        const Nodeagent__V1__PodRef *pod;
 
-        /* With the state (one runsc state): GetSandbox and GetUsage report it. */
-        if (kube_ref_check(call, ref, &kr, &mount_path, err) < 0 ||
-            kube_find(svc.kube, &kr, true, &pod, err) < 0)
-                return -1;
-        if (kube_attach(&pod, mount_path, ref->sandbox_id, &sb, err) < 0) {
-                kube_pod_clear(&pod);
-                return -1;
-        }
-        sb_snapshot(svc.reg, sb, &info);
-        sb_release(svc.reg, sb);
-        free(info.id);
-        info.id = cs_xstrdup(ref->sandbox_id); /* the call's, not the entry's first label */
-        *ret = info_to_pb(call, &info);
-        (*ret)->pod = pod_to_pb(call, &pod, mount_path);
-        sb_info_clear(&info);
-        kube_pod_clear(&pod);
-        return 0;
+        if (!ref)
+                return NULL;
+        pod = ref->pod;
+        *buf = (src_ref){ .sandbox_id = ref->sandbox_id,
+                          .pod_namespace = pod ? pod->pod_namespace : "",
+                          .pod_name = pod ? pod->pod_name : "",
+                          .pod_uid = pod ? pod->pod_uid : "",
+                          .container_name = pod ? pod->container_name : "",
+                          .mount_path = pod ? pod->mount_path : "" };
+        return buf;
 }
 
-static const char kube_no_create[] =
-        "CreateSandbox is not available in kube mode: the frontend creates the pod through the "
-        "Kubernetes API server";
-static const char kube_no_destroy[] =
-        "DestroySandbox is not available in kube mode: the frontend deletes the pod (read the "
-        "final usage with GetUsage first)";
+static void call_set_sandbox_id(void *userdata, const char *sandbox_id)
+{
+        rpc_call_set_sandbox_id(userdata, sandbox_id);
+}
+
+/* What the source sees of the call: its name for the logs and, if cancellable, its cancel fd. */
+static src_call call_ctx(rpc_call *call, int cancel_fd)
+{
+        return (src_call){ .cancel_fd = cancel_fd,
+                           .set_sandbox_id = call_set_sandbox_id,
+                           .userdata = call };
+}
+
+/* The sandbox a ref names, referenced (release with sb_release). */
+static int acquire(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, bool need_ready,
+                   int64_t wait_ready_ms, int cancel_fd, sandbox **ret, cs_error **err)
+{
+        src_call c = call_ctx(call, cancel_fd);
+        src_ref r;
+
+        return svc.src->ops->acquire(svc.src, &c, ref_from_pb(ref, &r), need_ready, wait_ready_ms,
+                                     ret, err);
+}
 
 /* --- lifecycle ------------------------------------------------------------------------- */
 
@@ -305,53 +120,32 @@ static int h_get_agent_info(rpc_call *call, const ProtobufCMessage *req_msg,
                             ProtobufCMessage *resp_msg, void *userdata, cs_error **err)
 {
         Nodeagent__V1__GetAgentInfoResponse *resp = (void *)resp_msg;
-        sb_info *infos = NULL;
-        size_t n = 0;
+        src_counts n = { 0 };
 
         (void)req_msg;
         (void)userdata;
         resp->node_name = (char *)svc.node_name;
         resp->agent_version = (char *)svc.version;
-        resp->mode = svc.kube ? NODEAGENT__V1__AGENT_MODE__AGENT_MODE_KUBE
-                              : NODEAGENT__V1__AGENT_MODE__AGENT_MODE_LOCAL;
+        resp->mode = (Nodeagent__V1__AgentMode)svc.src->ops->kind;
         resp->runtime = (char *)svc.rt->ops->name;
         resp->runtime_version = (char *)svc.runtime_version;
         resp->cgroup_version = svc.cg->version == CGROUP_V2 ? "v2" : "v1";
         resp->started_at = pb_timestamp(call, svc.started_at_ms);
-        resp->max_sandboxes = svc.max_sandboxes;
-        sb_counts(svc.reg, &resp->sandboxes_live, &resp->sandboxes_ready,
-                  &resp->sandboxes_destroyed, &resp->execs_running);
         resp->cpu_millis_capacity = svc.cpu_millis_capacity;
         resp->memory_bytes_capacity = svc.memory_bytes_capacity;
-        if (svc.kube) {
-                /* The pods on this node, as the runsc root shows them now. A failure to list
-                 * leaves the counts at 0: this call is the link's readiness probe. */
-                kube_pod *pods = NULL;
-                cs_error *lerr = NULL;
-
-                resp->max_sandboxes = 0;
-                resp->sandboxes_live = resp->sandboxes_ready = resp->sandboxes_destroyed = 0;
-                if (kube_list(svc.kube, "", &pods, &n, &lerr) < 0) {
-                        rpc_call_log(call, CS_LOG_WARN, "cannot list the pods: %s", lerr->msg);
-                        cs_error_free(lerr);
-                        return 0;
-                }
-                for (size_t i = 0; i < n; i++) {
-                        resp->sandboxes_live++;
-                        resp->sandboxes_ready += pods[i].state == RT_RUNNING;
-                        resp->cpu_millis_allocated += pods[i].c.cpu_millis;
-                        resp->memory_bytes_allocated += pods[i].c.memory_bytes;
-                }
-                kube_pods_free(pods, n);
-                return 0;
-        }
-        if (sb_list(svc.reg, false, &infos, &n, err) < 0)
+        if (svc.src->ops->counts(svc.src, &n, err) < 0)
                 return -1;
-        for (size_t i = 0; i < n; i++) {
-                resp->cpu_millis_allocated += infos[i].cpu_millis;
-                resp->memory_bytes_allocated += infos[i].memory_bytes;
+        if (n.partial) {
+                rpc_call_log(call, CS_LOG_WARN, "%s", n.partial->msg);
+                cs_error_free(n.partial);
         }
-        sb_infos_free(infos, n);
+        resp->max_sandboxes = n.max_sandboxes;
+        resp->sandboxes_live = n.live;
+        resp->sandboxes_ready = n.ready;
+        resp->sandboxes_destroyed = n.destroyed;
+        resp->execs_running = n.execs_running;
+        resp->cpu_millis_allocated = n.cpu_millis_allocated;
+        resp->memory_bytes_allocated = n.memory_bytes_allocated;
         return 0;
 }
 
@@ -360,7 +154,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
 {
         const Nodeagent__V1__CreateSandboxRequest *req = (const void *)req_msg;
         Nodeagent__V1__CreateSandboxResponse *resp = (void *)resp_msg;
-        int64_t max_runtime = pb_duration_ms(req->max_runtime);
+        src_call c = call_ctx(call, -1);
         sb_info info = { 0 };
         bool created = false;
         sb_spec spec = {
@@ -371,16 +165,11 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
                 .mount_path = req->mount_path,
                 .cpu_millis = req->cpu_millis,
                 .memory_bytes = req->memory_bytes,
-                .max_runtime_ms = max_runtime,
+                .max_runtime_ms = pb_duration_ms(req->max_runtime),
         };
 
         (void)userdata;
-        if (svc.kube)
-                return cs_error_set(err, GRPC_STATUS_UNIMPLEMENTED, "%s", kube_no_create);
-        rpc_call_set_sandbox_id(call, req->sandbox_id);
-        if (max_runtime < 0)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "max_runtime is negative");
-        if (sb_create(svc.reg, &spec, &info, &created, err) < 0)
+        if (svc.src->ops->create(svc.src, &c, &spec, &info, &created, err) < 0)
                 return -1;
         resp->sandbox = info_to_pb(call, &info);
         resp->created = created;
@@ -396,40 +185,32 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
 {
         const Nodeagent__V1__DestroySandboxRequest *req = (const void *)req_msg;
         Nodeagent__V1__DestroySandboxResponse *resp = (void *)resp_msg;
-        const char *id;
-        int64_t grace = req->grace ? pb_duration_ms(req->grace) : -1;
+        int64_t grace = pb_duration_ms(req->grace);
+        src_call c = call_ctx(call, -1);
         sb_info info = { 0 };
+        src_ref r;
 
         (void)userdata;
-        if (svc.kube)
-                return cs_error_set(err, GRPC_STATUS_UNIMPLEMENTED, "%s", kube_no_destroy);
-        id = ref_id(call, req->ref, err);
-        if (!id)
-                return -1;
-        if (req->grace && grace < 0)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "grace is negative");
-        if (sb_destroy(svc.reg, id, grace, &info, err) < 0)
+        if (svc.src->ops->destroy(svc.src, &c, ref_from_pb(req->ref, &r),
+                                  req->grace ? &grace : NULL, &info, err) < 0)
                 return -1;
         resp->sandbox = info_to_pb(call, &info);
         sb_info_clear(&info);
         return 0;
 }
 
-/* The sandbox a ref names, as the agent reports it (kube: found from the runsc root; local:
- * the record). Allocated in the call. */
+/* The sandbox a ref names, as its source reports it. Allocated in the call. */
 static int describe(rpc_call *call, const Nodeagent__V1__SandboxRef *ref,
                     Nodeagent__V1__SandboxInfo **ret, cs_error **err)
 {
-        const char *id;
-        sb_info info = { 0 };
+        src_call c = call_ctx(call, -1);
+        src_entry e = { 0 };
+        src_ref r;
 
-        if (svc.kube)
-                return kube_describe(call, ref, ret, err);
-        id = ref_id(call, ref, err);
-        if (!id || sb_describe(svc.reg, id, &info, err) < 0)
+        if (svc.src->ops->describe(svc.src, &c, ref_from_pb(ref, &r), &e, err) < 0)
                 return -1;
-        *ret = info_to_pb(call, &info);
-        sb_info_clear(&info);
+        *ret = entry_to_pb(call, &e);
+        src_entry_clear(&e);
         return 0;
 }
 
@@ -443,117 +224,28 @@ static int h_get(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessa
         return describe(call, req->ref, &resp->sandbox, err);
 }
 
-/* ListSandboxes' page_size: 0 is the default, anything above the cap is the cap. */
-static size_t list_page_size(uint32_t asked)
-{
-        if (!asked)
-                return SVC_LIST_PAGE_DEFAULT;
-        return asked < SVC_LIST_PAGE_MAX ? asked : SVC_LIST_PAGE_MAX;
-}
-
-/* Kube mode: every pod's sandbox container on this node, ordered by (namespace, name,
- * container id); the page token is the last of those returned, "namespace/name/id". */
-static int kube_list_sandboxes(rpc_call *call, const Nodeagent__V1__ListSandboxesRequest *req,
-                               Nodeagent__V1__ListSandboxesResponse *resp, cs_error **err)
-{
-        size_t page = list_page_size(req->page_size);
-        _cleanup_free_ char *token = NULL;
-        char *after[3] = { NULL, NULL, NULL };
-        kube_pod *pods = NULL;
-        size_t n = 0, start = 0, count;
-
-        if (req->page_token[0]) {
-                char *save = NULL, *part;
-                size_t k = 0;
-                token = cs_xstrdup(req->page_token);
-                for (part = strtok_r(token, "/", &save); part && k < 3;
-                     part = strtok_r(NULL, "/", &save))
-                        after[k++] = part;
-                if (k != 3 || part || strlen(req->page_token) > 3 * 300)
-                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                            "page_token is not one this agent gave");
-        }
-        if (kube_list(svc.kube, "", &pods, &n, err) < 0)
-                return -1;
-        if (after[0]) {
-                while (start < n) {
-                        const kube_pod *p = &pods[start];
-                        int c = strcmp(p->c.pod_namespace, after[0]);
-                        if (!c)
-                                c = strcmp(p->c.pod_name, after[1]);
-                        if (!c)
-                                c = strcmp(p->container_id, after[2]);
-                        if (c > 0)
-                                break;
-                        start++;
-                }
-        }
-        count = n - start < page ? n - start : page;
-        resp->sandboxes = rpc_call_alloc(call, (count + 1) * sizeof(*resp->sandboxes));
-        for (size_t i = 0; i < count; i++) {
-                const kube_pod *p = &pods[start + i];
-                sandbox *sb;
-                sb_info info = { 0 };
-
-                if (kube_attach(p, SB_DEFAULT_MOUNT_PATH, "", &sb, err) < 0) {
-                        kube_pods_free(pods, n);
-                        return -1;
-                }
-                sb_snapshot(svc.reg, sb, &info);
-                sb_release(svc.reg, sb);
-                free(info.id);
-                info.id = cs_xstrdup("");
-                resp->sandboxes[resp->n_sandboxes] = info_to_pb(call, &info);
-                resp->sandboxes[resp->n_sandboxes]->pod = pod_to_pb(call, p, SB_DEFAULT_MOUNT_PATH);
-                resp->n_sandboxes++;
-                sb_info_clear(&info);
-        }
-        if (start + count < n && count > 0) {
-                const kube_pod *last = &pods[start + count - 1];
-                char *t = cs_xasprintf("%s/%s/%s", last->c.pod_namespace, last->c.pod_name,
-                                       last->container_id);
-                resp->next_page_token = rpc_call_strdup(call, t);
-                free(t);
-        }
-        kube_pods_free(pods, n);
-        return 0;
-}
-
 static int h_list(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
                   void *userdata, cs_error **err)
 {
         const Nodeagent__V1__ListSandboxesRequest *req = (const void *)req_msg;
         Nodeagent__V1__ListSandboxesResponse *resp = (void *)resp_msg;
-        size_t page = list_page_size(req->page_size);
-        size_t offset = 0, n = 0;
-        sb_info *infos = NULL;
-        char *end = NULL;
+        src_page page = { .token = req->page_token,
+                          .size = req->page_size,
+                          .include_destroyed = req->include_destroyed };
+        _cleanup_free_ char *next = NULL;
+        src_entry *entries = NULL;
+        size_t n = 0;
 
         (void)userdata;
-        if (svc.kube)
-                return kube_list_sandboxes(call, req, resp, err);
-        if (req->page_token[0]) {
-                unsigned long long v = strtoull(req->page_token, &end, 10);
-                if (!end || *end || v > 1000000)
-                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                            "page_token is not one this agent gave");
-                offset = (size_t)v;
-        }
-        if (sb_list(svc.reg, req->include_destroyed, &infos, &n, err) < 0)
+        if (svc.src->ops->list(svc.src, &page, &entries, &n, &next, err) < 0)
                 return -1;
-        if (offset < n) {
-                size_t count = n - offset < page ? n - offset : page;
-                resp->sandboxes = rpc_call_alloc(call, count * sizeof(*resp->sandboxes));
-                for (size_t i = 0; i < count; i++)
-                        resp->sandboxes[i] = info_to_pb(call, &infos[offset + i]);
-                resp->n_sandboxes = count;
-                if (offset + count < n) {
-                        char token[32];
-                        snprintf(token, sizeof(token), "%zu", offset + count);
-                        resp->next_page_token = rpc_call_strdup(call, token);
-                }
-        }
-        sb_infos_free(infos, n);
+        resp->sandboxes = rpc_call_alloc(call, (n + 1) * sizeof(*resp->sandboxes));
+        for (size_t i = 0; i < n; i++)
+                resp->sandboxes[i] = entry_to_pb(call, &entries[i]);
+        resp->n_sandboxes = n;
+        if (next)
+                resp->next_page_token = rpc_call_strdup(call, next);
+        src_entries_free(entries, n);
         return 0;
 }
 
@@ -693,10 +385,7 @@ static int open_workspace(rpc_call *call, const Nodeagent__V1__SandboxRef *ref, 
                 sb_release(svc.reg, *ret_sb);
                 return -1;
         }
-        if (svc.kube)
-                fd = kube_open_workspace(svc.kube, sb_workspace_dir(*ret_sb), err);
-        else if ((fd = open(sb_workspace_dir(*ret_sb), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-                cs_error_errno(err, errno, "cannot open the workspace");
+        fd = svc.src->ops->open_workspace(svc.src, sb_workspace_dir(*ret_sb), err);
         if (fd < 0) {
                 sb_release(svc.reg, *ret_sb);
                 return -1;

@@ -1,26 +1,26 @@
-/* The node agent's gRPC service, nodeagent.v1.NodeAgent. */
+/* The node agent's gRPC service, nodeagent.v1.NodeAgent: translates protobuf to the sandbox
+ * source's plain structs (source.h) and back; the only agent code with generated headers. */
 #pragma once
 
 #include <stdint.h>
 
 #include "cgroup.h"
-#include "kube.h"
 #include "rpc.h"
 #include "runtime.h"
 #include "sandbox.h"
+#include "source.h"
 
 typedef struct agent_service {
-        /* NULL in local mode; in kube mode sandboxes are named by pod and found through it
-         * (the registry then only holds the attached containers' accounting). */
-        kube_finder *kube;
-        sb_registry *reg;
+        /* Where sandboxes come from (local registry or kube finder); every lookup, create,
+         * destroy, list and count goes through it. */
+        source *src;
+        sb_registry *reg; /* the source's registry: exec, release and file I/O accounting */
         runtime *rt;
         const cgroup_fs *cg;
         const char *node_name;
         const char *version;
         const char *runtime_version;
         int64_t started_at_ms;
-        uint32_t max_sandboxes;
         uint32_t cpu_millis_capacity;
         uint64_t memory_bytes_capacity;
 } agent_service;

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -113,6 +114,13 @@ int64_t cs_now_monotonic_ms(void)
 int64_t cs_now_realtime_ms(void)
 {
         return clock_ms(CLOCK_REALTIME);
+}
+
+bool cs_fd_readable(int fd)
+{
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+
+        return fd >= 0 && poll(&p, 1, 0) == 1;
 }
 
 int cs_write_all(int fd, const void *buf, size_t len)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -85,4 +86,7 @@ int cs_mkdir_parents(const char *path, mode_t mode);
 int cs_remove_tree(int dirfd, const char *name);
 
 int64_t cs_now_monotonic_ms(void);
+/* Whether fd has data (or EOF, or an error) to read now, without waiting; false for fd < 0.
+ * For cancel fds: a call's cancel fd turns readable once the call is cancelled. */
+bool cs_fd_readable(int fd);
 int64_t cs_now_realtime_ms(void);
