@@ -185,7 +185,7 @@ int sandbox_image_check(sb_registry *reg, const char *image, cs_error **err)
 
 static bool id_ok(const char *s)
 {
-        return s && s[0] && strlen(s) <= SB_ID_MAX;
+        return s && s[0] && strlen(s) <= CS_ID_MAX;
 }
 
 /* Checks the spec and fills in defaults into *out (strings borrowed from spec). */
@@ -197,29 +197,29 @@ static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs
                                     "sandbox_id is not a valid UUID");
         if (!id_ok(spec->tenant_id) || !id_ok(spec->session_id))
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "tenant_id and session_id must be 1..%d bytes", SB_ID_MAX);
+                                    "tenant_id and session_id must be 1..%d bytes", CS_ID_MAX);
         if (!out->image || !out->image[0])
                 out->image = SB_DEFAULT_IMAGE;
         if (sandbox_image_check(reg, out->image, err) < 0)
                 return -1;
         if (!out->mount_path || !out->mount_path[0])
-                out->mount_path = SB_DEFAULT_MOUNT_PATH;
+                out->mount_path = CS_DEFAULT_MOUNT_PATH;
         if (cs_mount_path_check(out->mount_path, err) < 0)
                 return -1;
         if (!out->cpu_millis)
-                out->cpu_millis = SB_DEFAULT_CPU_MILLIS;
-        if (out->cpu_millis < SB_MIN_CPU_MILLIS || out->cpu_millis > SB_MAX_CPU_MILLIS)
+                out->cpu_millis = CS_DEFAULT_CPU_MILLIS;
+        if (out->cpu_millis < CS_MIN_CPU_MILLIS || out->cpu_millis > CS_MAX_CPU_MILLIS)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "cpu_millis must be %d..%d",
-                                    SB_MIN_CPU_MILLIS, SB_MAX_CPU_MILLIS);
+                                    CS_MIN_CPU_MILLIS, CS_MAX_CPU_MILLIS);
         if (!out->memory_bytes)
-                out->memory_bytes = SB_DEFAULT_MEMORY;
-        if (out->memory_bytes < SB_MIN_MEMORY || out->memory_bytes > SB_MAX_MEMORY)
+                out->memory_bytes = CS_DEFAULT_MEMORY;
+        if (out->memory_bytes < CS_MIN_MEMORY || out->memory_bytes > CS_MAX_MEMORY)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "memory_bytes must be %llu..%llu", SB_MIN_MEMORY,
-                                    SB_MAX_MEMORY);
+                                    "memory_bytes must be %llu..%llu", CS_MIN_MEMORY,
+                                    CS_MAX_MEMORY);
         if (!out->max_runtime_ms)
-                out->max_runtime_ms = SB_DEFAULT_MAX_RUNTIME_MS;
-        if (out->max_runtime_ms < 1000 || out->max_runtime_ms > SB_MAX_RUNTIME_MS)
+                out->max_runtime_ms = CS_DEFAULT_RUNTIME_MS;
+        if (out->max_runtime_ms < CS_MIN_RUNTIME_MS || out->max_runtime_ms > CS_MAX_RUNTIME_MS)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "max_runtime must be 1 s..24 h");
         return 0;

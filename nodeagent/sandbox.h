@@ -20,6 +20,7 @@
 #include "cgroup.h"
 #include "error.h"
 #include "runtime.h"
+#include "sandbox_limits.h"
 #include "usage.h"
 
 /* Same numbers as compute.v1.SandboxStatus. */
@@ -30,25 +31,15 @@ typedef enum sb_status {
         SB_DESTROYED = 4,
 } sb_status;
 
-/* Caps on what a client controls. */
-#define SB_ID_MAX         128 /* tenant_id, session_id */
-#define SB_MIN_MEMORY     (64ull << 20)
-#define SB_MAX_MEMORY     (64ull << 30)
-#define SB_MIN_CPU_MILLIS 50
-#define SB_MAX_CPU_MILLIS 64000
-#define SB_MAX_RUNTIME_MS (24ll * 3600 * 1000)
+/* The bounds and defaults of a spec: CS_* in sandbox_limits.h, shared with the frontend. */
 
-#define SB_DEFAULT_CPU_MILLIS     1000
-#define SB_DEFAULT_MEMORY         (1ull << 30)
-#define SB_DEFAULT_MAX_RUNTIME_MS (15ll * 60 * 1000)
-#define SB_DEFAULT_MOUNT_PATH     "/workspace"
 /* The image of a sandbox whose spec names none: the Debian image scripts/lib.sh builds. */
 #define SB_DEFAULT_IMAGE "debian:bookworm-compute"
 
 typedef struct sb_spec {
         const char *id, *tenant_id, *session_id;
         const char *image;      /* a directory of images_dir; "": SB_DEFAULT_IMAGE */
-        const char *mount_path; /* "": SB_DEFAULT_MOUNT_PATH */
+        const char *mount_path; /* "": CS_DEFAULT_MOUNT_PATH */
         uint32_t cpu_millis;    /* 0: default */
         uint64_t memory_bytes;  /* 0: default */
         int64_t max_runtime_ms; /* 0: default */

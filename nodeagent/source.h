@@ -43,7 +43,7 @@ typedef struct src_call {
 typedef struct src_ref {
         const char *sandbox_id;
         /* Kube: the pod's container (name, uid, container "": any / the default) and the
-         * workspace's mount path ("": SB_DEFAULT_MOUNT_PATH). */
+         * workspace's mount path ("": CS_DEFAULT_MOUNT_PATH). */
         const char *pod_namespace, *pod_name, *pod_uid, *container_name, *mount_path;
 } src_ref;
 

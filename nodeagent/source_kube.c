@@ -82,7 +82,7 @@ static int ref_check(source_kube *k, const src_call *c, const src_ref *ref, kube
                                     "pods of namespace %s are not served by this agent "
                                     "(--pod-namespaces)",
                                     ref->pod_namespace);
-        *ret_mount_path = ref->mount_path[0] ? ref->mount_path : SB_DEFAULT_MOUNT_PATH;
+        *ret_mount_path = ref->mount_path[0] ? ref->mount_path : CS_DEFAULT_MOUNT_PATH;
         if (cs_mount_path_check(*ret_mount_path, err) < 0)
                 return -1;
         *ret = (kube_ref){ .pod_namespace = ref->pod_namespace,
@@ -115,7 +115,7 @@ static int attach(source_kube *k, const kube_pod *pod, const char *mount_path, c
 
         /* One registry entry per container and mount: a mount path the container does not
          * have (but the default one, which ListSandboxes uses) makes none. */
-        if (!ws && strcmp(mount_path, SB_DEFAULT_MOUNT_PATH) != 0)
+        if (!ws && strcmp(mount_path, CS_DEFAULT_MOUNT_PATH) != 0)
                 return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
                                     "the container has no volume mounted at %s: no workspace "
                                     "to reach",
@@ -252,7 +252,7 @@ static int kube_list_page(source *s, const src_page *page, src_entry **ret, size
         count = src_page_count(n, start, page->size);
         out = cs_xcalloc(count ? count : 1, sizeof(*out));
         for (size_t i = 0; i < count; i++) {
-                if (entry_of(k, &pods[start + i], SB_DEFAULT_MOUNT_PATH, "", &out[i], err) < 0) {
+                if (entry_of(k, &pods[start + i], CS_DEFAULT_MOUNT_PATH, "", &out[i], err) < 0) {
                         src_entries_free(out, i);
                         kube_pods_free(pods, n);
                         return -1;

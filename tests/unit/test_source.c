@@ -919,8 +919,8 @@ static void test_local_lifecycle(void **state)
         assert_int_equal(counts.max_sandboxes, 8);
         assert_int_equal(counts.live, 2);
         assert_int_equal(counts.destroyed, 1);
-        assert_int_equal(counts.cpu_millis_allocated, 2 * SB_DEFAULT_CPU_MILLIS);
-        assert_int_equal(counts.memory_bytes_allocated, 2 * SB_DEFAULT_MEMORY);
+        assert_int_equal(counts.cpu_millis_allocated, 2 * CS_DEFAULT_CPU_MILLIS);
+        assert_int_equal(counts.memory_bytes_allocated, 2 * CS_DEFAULT_MEMORY);
 }
 
 int main(void)
