@@ -14,7 +14,12 @@
  * TLS is always verified unless the kubeconfig says insecure-skip-tls-verify. A token read
  * from a file is re-read when the file changes (projected tokens rotate).
  *
- * Thread-safe: any number of threads may call kube_request and kube_watch at once. */
+ * Thread-safe: any number of threads may call kube_request and kube_watch at once.
+ *
+ * Implemented by concern: kube_client.c (lifetime, in-cluster, token), kube_config.c
+ * (kubeconfig and YAML, pure), kube_http.c (handle pool, requests), kube_watch.c (watch
+ * transport), kube_framer.c (watch event framing, pure), kube_json.c (the helpers below);
+ * kube_internal.h holds what they share and the locking rule. */
 #pragma once
 
 #include <stdbool.h>
