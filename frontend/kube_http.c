@@ -191,12 +191,6 @@ static int request_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow
         return kube_cancel_check(*(const int *)userdata) != 0;
 }
 
-int kube_request(kube_client *kc, const char *method, const char *path, json_t *body,
-                 kube_response *ret, cs_error **err)
-{
-        return kube_request_ex(kc, method, path, body, 0, -1, ret, err);
-}
-
 int kube_request_ex(kube_client *kc, const char *method, const char *path, json_t *body,
                     int64_t timeout_ms, int cancel_fd, kube_response *ret, cs_error **err)
 {
@@ -339,13 +333,6 @@ const char *kube_response_message(const kube_response *r)
         if (s && *s)
                 return s;
         return http_reason(r->status);
-}
-
-const char *kube_response_reason(const kube_response *r)
-{
-        const char *s = kube_get_str(r->body, "reason");
-
-        return s ? s : "";
 }
 
 /* ---- cancel fds ---- */
