@@ -14,7 +14,12 @@
  * TLS is always verified unless the kubeconfig says insecure-skip-tls-verify. A token read
  * from a file is re-read when the file changes (projected tokens rotate).
  *
- * Thread-safe: any number of threads may call kube_request and kube_watch at once. */
+ * Thread-safe: any number of threads may call kube_request_ex and kube_watch at once.
+ *
+ * Implemented by concern: kube_client.c (lifetime, in-cluster, token), kube_config.c
+ * (kubeconfig and YAML, pure), kube_http.c (handle pool, requests), kube_watch.c (watch
+ * transport), kube_framer.c (watch event framing, pure), kube_json.c (the helpers below);
+ * kube_internal.h holds what they share and the locking rule. */
 #pragma once
 
 #include <stdbool.h>
@@ -30,7 +35,7 @@ typedef struct kube_client_config {
         const char *kubeconfig;     /* path; NULL or "": in-cluster */
         const char *context;        /* kubeconfig context; NULL or "": current-context */
         const char *sa_dir;         /* NULL or "": /var/run/secrets/kubernetes.io/serviceaccount */
-        int64_t timeout_ms;         /* whole-request deadline of kube_request (not of watches);
+        int64_t timeout_ms;         /* whole-request deadline of kube_request_ex (not of watches);
                                      * <= 0: 30 s */
         int64_t connect_timeout_ms; /* TCP + TLS handshake, requests and watches; <= 0: 10 s */
         const char *user_agent;     /* NULL: "compute-frontend" */
@@ -62,10 +67,6 @@ void kube_response_clear(kube_response *r);
  * HTTP status line's meaning. Borrowed from r. */
 const char *kube_response_message(const kube_response *r);
 
-/* The Status body's "reason" ("AlreadyExists", "NotFound", "Conflict", "Expired",
- * "Forbidden", "Invalid", "TooManyRequests", ...), or "" . Borrowed from r. */
-const char *kube_response_reason(const kube_response *r);
-
 /* Sends one request and reads the whole response.
  *   method  "GET", "POST", "PUT", "PATCH" (body sent as application/merge-patch+json) or
  *           "DELETE".
@@ -77,15 +78,12 @@ const char *kube_response_reason(const kube_response *r);
  * cap (KUBE_MAX_BODY) or one that is not JSON while the status is 2xx, INVALID_ARGUMENT for
  * another method, a GET with a body or a path not starting with '/'. Messages are one line:
  * "kube GET /api/v1/...: TLS: SSL certificate problem: ..." ("timed out: " for timeouts).
- * *ret is cleared first; on success the caller frees it with kube_response_clear. */
+ * *ret is cleared first; on success the caller frees it with kube_response_clear.
+ *   timeout_ms  the whole request's deadline, at most the client's (<= 0: the client's).
+ *   cancel_fd   ends the request early once readable, within about a second (UNAVAILABLE,
+ *               "cancelled"); -1: none. For requests made on behalf of a call with a
+ *               deadline, and for threads that must stop promptly. */
 #define KUBE_MAX_BODY (64u << 20)
-int kube_request(kube_client *kc, const char *method, const char *path, json_t *body,
-                 kube_response *ret, cs_error **err);
-
-/* kube_request with limits of its own: the whole request within timeout_ms (<= 0: the
- * client's timeout), and ended early when cancel_fd (-1: none) becomes readable, within
- * about a second (UNAVAILABLE, "cancelled"). For requests made on behalf of a call with a
- * deadline, and for threads that must stop promptly. */
 int kube_request_ex(kube_client *kc, const char *method, const char *path, json_t *body,
                     int64_t timeout_ms, int cancel_fd, kube_response *ret, cs_error **err);
 

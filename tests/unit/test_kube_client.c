@@ -117,6 +117,15 @@ static void expect_fail(const char *yaml, grpc_status_code code, const char *wan
 /* base64 of "-----BEGIN CERTIFICATE-----\nfake\n" (not parsed until a TLS connection). */
 #define FAKE_PEM_B64 "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCmZha2UK"
 
+/* The Status body's "reason" ("NotFound", ...), or "": what a caller reads to tell a 409
+ * AlreadyExists from a 409 Conflict. */
+static const char *status_reason(const kube_response *r)
+{
+        const char *s = kube_get_str(r->body, "reason");
+
+        return s ? s : "";
+}
+
 /* ---- kubeconfig ---- */
 
 static void test_kubeconfig_data_and_token(void **state)
@@ -857,7 +866,7 @@ static json_t *echo(kube_client *kc, const char *method, const char *path, json_
         kube_response r;
         cs_error *err = NULL;
 
-        if (kube_request(kc, method, path, body, &r, &err) < 0)
+        if (kube_request_ex(kc, method, path, body, 0, -1, &r, &err) < 0)
                 print_error("%s %s: %s\n", method, path, err->msg);
         assert_null(err);
         assert_int_equal(r.status, 200);
@@ -907,12 +916,12 @@ static void test_request_methods(void **state)
                 kube_response r;
                 cs_error *err = NULL;
 
-                assert_int_equal(kube_request(kc, "HEAD", "/echo", NULL, &r, &err), -1);
+                assert_int_equal(kube_request_ex(kc, "HEAD", "/echo", NULL, 0, -1, &r, &err), -1);
                 assert_int_equal(err->code, GRPC_STATUS_INVALID_ARGUMENT);
                 cs_error_freep(&err);
-                assert_int_equal(kube_request(kc, "GET", "/echo", in, &r, &err), -1);
+                assert_int_equal(kube_request_ex(kc, "GET", "/echo", in, 0, -1, &r, &err), -1);
                 cs_error_freep(&err);
-                assert_int_equal(kube_request(kc, "GET", "echo", NULL, &r, &err), -1);
+                assert_int_equal(kube_request_ex(kc, "GET", "echo", NULL, 0, -1, &r, &err), -1);
                 cs_error_freep(&err);
         }
         json_decref(in);
@@ -926,30 +935,30 @@ static void test_request_statuses(void **state)
         cs_error *err = NULL;
 
         (void)state;
-        assert_int_equal(kube_request(kc, "GET", "/status404", NULL, &r, &err), 0);
+        assert_int_equal(kube_request_ex(kc, "GET", "/status404", NULL, 0, -1, &r, &err), 0);
         assert_int_equal(r.status, 404);
-        assert_string_equal(kube_response_reason(&r), "NotFound");
+        assert_string_equal(status_reason(&r), "NotFound");
         assert_string_equal(kube_response_message(&r), "pods \"x\" not found");
         kube_response_clear(&r);
 
-        assert_int_equal(kube_request(kc, "GET", "/text404", NULL, &r, &err), 0);
+        assert_int_equal(kube_request_ex(kc, "GET", "/text404", NULL, 0, -1, &r, &err), 0);
         assert_int_equal(r.status, 404);
         assert_null(r.body);
-        assert_string_equal(kube_response_reason(&r), "");
+        assert_string_equal(status_reason(&r), "");
         assert_string_equal(kube_response_message(&r), "Not Found");
         kube_response_clear(&r);
 
-        assert_int_equal(kube_request(kc, "GET", "/empty", NULL, &r, &err), 0);
+        assert_int_equal(kube_request_ex(kc, "GET", "/empty", NULL, 0, -1, &r, &err), 0);
         assert_int_equal(r.status, 200);
         assert_null(r.body);
 
-        assert_int_equal(kube_request(kc, "GET", "/text200", NULL, &r, &err), -1);
+        assert_int_equal(kube_request_ex(kc, "GET", "/text200", NULL, 0, -1, &r, &err), -1);
         assert_int_equal(err->code, GRPC_STATUS_INTERNAL);
         assert_string_equal(err->msg, "kube GET /text200: HTTP 200 with a body that is not JSON");
         assert_null(r.body);
         cs_error_freep(&err);
 
-        assert_int_equal(kube_request(kc, "GET", "/big", NULL, &r, &err), -1);
+        assert_int_equal(kube_request_ex(kc, "GET", "/big", NULL, 0, -1, &r, &err), -1);
         assert_int_equal(err->code, GRPC_STATUS_INTERNAL);
         assert_non_null(strstr(err->msg, "kube GET /big: response body larger than"));
         cs_error_freep(&err);
@@ -959,7 +968,7 @@ static void test_request_statuses(void **state)
         {
                 int64_t t0 = cs_now_monotonic_ms();
 
-                assert_int_equal(kube_request(kc, "GET", "/slow", NULL, &r, &err), -1);
+                assert_int_equal(kube_request_ex(kc, "GET", "/slow", NULL, 0, -1, &r, &err), -1);
                 assert_true(cs_now_monotonic_ms() - t0 < 2000);
         }
         assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
@@ -989,7 +998,7 @@ static void test_request_refused(void **state)
                             ntohs(a.sin_port));
         kc = new_yaml(yaml, NULL, &err);
         assert_non_null(kc);
-        assert_int_equal(kube_request(kc, "GET", "/api/v1/pods", NULL, &r, &err), -1);
+        assert_int_equal(kube_request_ex(kc, "GET", "/api/v1/pods", NULL, 0, -1, &r, &err), -1);
         assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
         assert_non_null(strstr(err->msg, "kube GET /api/v1/pods: "));
         assert_non_null(strstr(err->msg, "onnect"));
@@ -1059,8 +1068,8 @@ static void *hammer(void *arg)
                 cs_error *err = NULL;
 
                 snprintf(path, sizeof(path), "/echo/%d", i);
-                if (kube_request(kc, "GET", path, NULL, &r, &err) == 0 && r.status == 200 &&
-                    !strcmp(kube_get_str(r.body, "path"), path))
+                if (kube_request_ex(kc, "GET", path, NULL, 0, -1, &r, &err) == 0 &&
+                    r.status == 200 && !strcmp(kube_get_str(r.body, "path"), path))
                         ok++;
                 kube_response_clear(&r);
                 cs_error_free(err);
@@ -1420,11 +1429,11 @@ static long api_status(kube_client *kc, const char *method, const char *path, js
         cs_error *err = NULL;
         long status;
 
-        if (kube_request(kc, method, path, body, &r, &err) < 0)
+        if (kube_request_ex(kc, method, path, body, 0, -1, &r, &err) < 0)
                 fail_msg("%s %s: %s", method, path, err->msg);
         status = r.status;
         if (reason)
-                snprintf(reason, reason_size, "%s", kube_response_reason(&r));
+                snprintf(reason, reason_size, "%s", status_reason(&r));
         kube_response_clear(&r);
         return status;
 }
@@ -1459,8 +1468,9 @@ static void test_api_get_post(void **state)
         assert_string_equal(reason, "AlreadyExists");
         json_decref(pod);
 
-        assert_int_equal(
-                kube_request(kc, "GET", "/api/v1/namespaces/test-a/pods/p1", NULL, &r, &err), 0);
+        assert_int_equal(kube_request_ex(kc, "GET", "/api/v1/namespaces/test-a/pods/p1", NULL, 0,
+                                         -1, &r, &err),
+                         0);
         assert_int_equal(r.status, 200);
         assert_string_equal(kube_get_str(r.body, "metadata.name"), "p1");
         assert_string_equal(kube_get_str(r.body, "metadata.namespace"), "test-a");
@@ -1468,8 +1478,9 @@ static void test_api_get_post(void **state)
 
         pod = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", "compute.paper-board.io/x",
                         "1");
-        assert_int_equal(
-                kube_request(kc, "PATCH", "/api/v1/namespaces/test-a/pods/p1", pod, &r, &err), 0);
+        assert_int_equal(kube_request_ex(kc, "PATCH", "/api/v1/namespaces/test-a/pods/p1", pod, 0,
+                                         -1, &r, &err),
+                         0);
         assert_int_equal(r.status, 200);
         assert_string_equal(json_string_value(kube_get_key(r.body, "metadata", "annotations",
                                                            "compute.paper-board.io/x", NULL)),
@@ -1537,8 +1548,9 @@ static void test_api_watch(void **state)
         bool cancelled;
 
         (void)state;
-        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/test-w/pods", NULL, &r, &err),
-                         0);
+        assert_int_equal(
+                kube_request_ex(kc, "GET", "/api/v1/namespaces/test-w/pods", NULL, 0, -1, &r, &err),
+                0);
         assert_int_equal(r.status, 200);
         path = cs_xasprintf("/api/v1/namespaces/test-w/pods?watch=1&allowWatchBookmarks=true&"
                             "timeoutSeconds=30&resourceVersion=%s",
@@ -1597,8 +1609,9 @@ static void expect_tls_failure(kube_client *kc)
         long status;
         bool cancelled;
 
-        assert_int_equal(
-                kube_request(kc, "GET", "/api/v1/namespaces/test-t/pods/x", NULL, &r, &err), -1);
+        assert_int_equal(kube_request_ex(kc, "GET", "/api/v1/namespaces/test-t/pods/x", NULL, 0, -1,
+                                         &r, &err),
+                         -1);
         assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
         assert_non_null(strstr(err->msg, "kube GET /api/v1/namespaces/test-t/pods/x: TLS: "));
         if (!strstr(err->msg, "certificate"))
@@ -1664,8 +1677,9 @@ static void test_api_tls(void **state)
                 {
                         kube_response r;
 
-                        assert_int_equal(kube_request(kc, "GET", "/api/v1/namespaces/test-t/pods/x",
-                                                      NULL, &r, &err),
+                        assert_int_equal(kube_request_ex(kc, "GET",
+                                                         "/api/v1/namespaces/test-t/pods/x", NULL,
+                                                         0, -1, &r, &err),
                                          -1);
                         assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
                         cs_error_freep(&err);
