@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "util.h"
 
 void json_init(json_writer *j)
@@ -202,33 +203,20 @@ void json_string(json_writer *j, const char *s)
         json_string_len(j, s, strlen(s));
 }
 
+/* Encoded in pieces of a multiple of 3 bytes (no padding inside) through a small buffer. */
+#define BASE64_PIECE 192
+
 void json_base64(json_writer *j, const uint8_t *data, size_t len)
 {
-        static const char tab[] =
-                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        char out[4 * 64];
-        size_t o = 0;
+        char out[BASE64_PIECE / 3 * 4 + 1];
 
         before_value(j);
         put(j, "\"", 1);
-        for (size_t i = 0; i < len; i += 3) {
-                uint32_t v = (uint32_t)data[i] << 16;
-                size_t rem = len - i;
+        for (size_t i = 0; i < len; i += BASE64_PIECE) {
+                size_t n = len - i < BASE64_PIECE ? len - i : BASE64_PIECE;
 
-                if (rem > 1)
-                        v |= (uint32_t)data[i + 1] << 8;
-                if (rem > 2)
-                        v |= data[i + 2];
-                out[o++] = tab[(v >> 18) & 63];
-                out[o++] = tab[(v >> 12) & 63];
-                out[o++] = rem > 1 ? tab[(v >> 6) & 63] : '=';
-                out[o++] = rem > 2 ? tab[v & 63] : '=';
-                if (o == sizeof(out)) {
-                        put(j, out, o);
-                        o = 0;
-                }
+                put(j, out, cs_base64_encode(data + i, n, out));
         }
-        put(j, out, o);
         put(j, "\"", 1);
 }
 
