@@ -159,11 +159,12 @@ void print_kv(const char *key, const char *fmt, ...) __attribute__((format(print
 /* The seven usage fields as aligned lines (NULL: all zero). */
 void print_usage_text(const Common__V1__UsageMetrics *u);
 /* The seven usage fields as a JSON object value. */
-void json_usage(json_writer *j, const Common__V1__UsageMetrics *u);
+void cli_json_usage(cli_json_writer *j, const Common__V1__UsageMetrics *u);
 /* A timestamp member: RFC 3339 as fmt_timestamp(), null when unset. */
-void json_kv_timestamp(json_writer *j, const char *key, const Google__Protobuf__Timestamp *ts);
+void cli_json_kv_timestamp(cli_json_writer *j, const char *key,
+                           const Google__Protobuf__Timestamp *ts);
 /* Writes j's document as one line on fd 1. Returns 0, or CLI_EXIT_ERROR after printing why. */
-int json_print(json_writer *j);
+int cli_json_print(cli_json_writer *j);
 
 /* --- commands --------------------------------------------------------------------------- */
 
