@@ -18,6 +18,7 @@ import grpc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
 from agent_client import code_of, collect_exec  # noqa: E402
 from agent_fixture import DEFAULT_IMAGE, IMAGES_DIR, AgentProcess  # noqa: E402
+import testmain  # noqa: E402
 from cri import CriRuntime  # noqa: E402
 
 BUILD_DIR = sys.argv[1]
@@ -348,4 +349,4 @@ class KubeAgentTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
+    testmain.main(sys.argv[:1] + sys.argv[2:])

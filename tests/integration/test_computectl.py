@@ -23,6 +23,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_fixture import AgentProcess, free_port, remove_cgroup  # noqa: E402
+import testmain  # noqa: E402
 
 BUILD_DIR = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build"
 CTL = os.path.join(BUILD_DIR, "bin", "computectl")
@@ -353,7 +354,7 @@ def main():
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
+        testmain.main([sys.argv[0]] + sys.argv[2:])
     finally:
         run_cleanups()
 
