@@ -150,7 +150,6 @@ const char *fmt_timestamp(const Google__Protobuf__Timestamp *ts, char buf[static
 const char *fmt_bytes(uint64_t n, char buf[static CLI_FMT_MAX]);
 /* "850ms", "12.3s", "5m07s", "2h03m04s". */
 const char *fmt_duration_ms(int64_t ms, char buf[static CLI_FMT_MAX]);
-int64_t duration_ms(const Google__Protobuf__Duration *d);
 /* "READY" for SANDBOX_STATUS_READY. */
 const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FMT_MAX]);
 

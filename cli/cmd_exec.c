@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "pbconv.h"
 #include "util.h"
 
 /* The server caps an exec at 600 s. The stream's own deadline leaves room on top for the wait
@@ -173,7 +174,7 @@ static void cli_json_completed(cli_json_writer *j, const Compute__V1__ExecEvent 
         cli_json_kv_bool(j, "timed_out", c->timed_out);
         cli_json_kv_i64(j, "signal", c->signal);
         cli_json_kv_bool(j, "oom_killed", c->oom_killed);
-        cli_json_kv_i64(j, "wall_time_ms", duration_ms(c->wall_time));
+        cli_json_kv_i64(j, "wall_time_ms", pb_duration_ms(c->wall_time));
         cli_json_key(j, "usage");
         cli_json_usage(j, c->usage);
         cli_json_object_end(j);

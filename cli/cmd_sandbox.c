@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pbconv.h"
 #include "util.h"
 
 /* Bounds checked here so a typo fails before the call; the server has its own. */
@@ -197,7 +198,7 @@ const cli_command cli_cmd_create = {
 static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandboxResponse *resp)
 {
         _cleanup_cli_json_ cli_json_writer j = { 0 };
-        int64_t up = duration_ms(resp->current_uptime);
+        int64_t up = pb_duration_ms(resp->current_uptime);
         char b[CLI_FMT_MAX];
 
         if (!ctx->json) {

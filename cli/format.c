@@ -67,13 +67,6 @@ const char *fmt_duration_ms(int64_t ms, char buf[static CLI_FMT_MAX])
         return buf;
 }
 
-int64_t duration_ms(const Google__Protobuf__Duration *d)
-{
-        if (!d)
-                return 0;
-        return d->seconds * 1000 + d->nanos / 1000000;
-}
-
 const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FMT_MAX])
 {
         const char *name;
