@@ -59,18 +59,28 @@ void cs_base64_decoder_init(cs_base64_decoder *d, unsigned flags, uint8_t *out, 
         d->cap = cap;
 }
 
+/* 1 + the 6 bits of each character of the standard alphabet; 0 for every other byte. */
+static const uint8_t decode_table[256] = {
+        ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,  ['G'] = 7,
+        ['H'] = 8,  ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14,
+        ['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21,
+        ['V'] = 22, ['W'] = 23, ['X'] = 24, ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28,
+        ['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32, ['g'] = 33, ['h'] = 34, ['i'] = 35,
+        ['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40, ['o'] = 41, ['p'] = 42,
+        ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48, ['w'] = 49,
+        ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56,
+        ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['+'] = 63,
+        ['/'] = 64
+};
+
 /* The character's 6 bits, or -1 when it is not in the alphabet the flags allow. */
 static int char_value(const cs_base64_decoder *d, unsigned char c)
 {
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '+' || (c == '-' && (d->flags & CS_BASE64_URL_SAFE)))
+        if (decode_table[c])
+                return decode_table[c] - 1;
+        if (c == '-' && (d->flags & CS_BASE64_URL_SAFE))
                 return 62;
-        if (c == '/' || (c == '_' && (d->flags & CS_BASE64_URL_SAFE)))
+        if (c == '_' && (d->flags & CS_BASE64_URL_SAFE))
                 return 63;
         return -1;
 }
@@ -170,9 +180,19 @@ int cs_base64_decoder_feed(cs_base64_decoder *d, const char *in, size_t len, cs_
 {
         if (d->bad)
                 return report(d, err);
-        for (size_t i = 0; i < len; i++, d->offset++)
+        for (size_t i = 0; i < len; i++, d->offset++) {
+                unsigned v = decode_table[(unsigned char)in[i]];
+
+                /* The common case here: a character of the alphabet that does not end a
+                 * quantum, before any padding. feed_char() does the rest. */
+                if (v && d->chars < 3 && d->pad == 0) {
+                        d->acc = d->acc << 6 | (v - 1);
+                        d->chars++;
+                        continue;
+                }
                 if (feed_char(d, (unsigned char)in[i], err) < 0)
                         return -1;
+        }
         return 0;
 }
 
