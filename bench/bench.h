@@ -12,7 +12,6 @@
  * host.c          the baselines' side: runsc processes, files, cgroups, /proc
  * stats.c         samples and percentiles
  * report.c        the table and the JSON file
- * b64.c           base64 for the exec-based transfer
  *
  * Nothing here asserts a time: figures are printed with a verdict per goal, and the exit
  * status only says whether every phase could be measured. */
@@ -231,21 +230,6 @@ void host_reset_peak_rss(pid_t pid);
 
 /* Fills buf with a deterministic pseudo-random pattern (incompressible, verifiable). */
 void host_fill_pattern(uint8_t *buf, size_t len, uint64_t seed);
-
-/* --- b64.c ---------------------------------------------------------------------------- */
-
-/* Encodes len bytes (a multiple of 3, so no padding) into out (4*len/3 bytes). */
-void b64_encode(const uint8_t *in, size_t len, char *out);
-
-/* Streaming decoder: ignores whitespace, takes input in arbitrary pieces. */
-typedef struct b64_decoder {
-        uint32_t acc;
-        int nbits;
-        bool bad;
-        uint8_t *out;
-        size_t len, cap; /* output written so far and the buffer's size */
-} b64_decoder;
-void b64_decode_feed(b64_decoder *d, const uint8_t *in, size_t len);
 
 /* --- the phases ------------------------------------------------------------------------ */
 

@@ -17,6 +17,8 @@ extern char **environ;
 
 /* Reads from the pipes, as the node agent does: 64 KiB at a time. */
 #define HOST_READ_CHUNK (64 * 1024)
+/* cgroup files and /proc/PID/status: a few KiB; more would be a different file. */
+#define SMALL_FILE_MAX (64 * 1024)
 
 /* The child gets a default signal disposition and mask, an empty pipe as stdin (as the node
  * agent gives `runsc exec`, which fchowns its stdio: never the host's /dev/null) and
@@ -174,39 +176,32 @@ char *host_workspace_dir(const bench_ctx *b, const char *id)
         return cs_xasprintf("%s/workspaces/%s", b->state_dir, id);
 }
 
-/* Reads a whole small file into buf (NUL-terminated). */
-static int read_small(const char *path, char *buf, size_t size, cs_error **err)
+/* cs_read_file() of a small file (at most max bytes: more is an error, not a cut), the error
+ * named. */
+static int read_small(const char *path, size_t max, char **ret, cs_error **err)
 {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n;
-
-        if (fd < 0)
-                return cs_error_errno(err, errno, "cannot open %s", path);
-        n = cs_read_full(fd, (uint8_t *)buf, size - 1);
-        if (n < 0)
+        if (cs_read_file(path, max, ret, NULL, NULL) < 0)
                 return cs_error_errno(err, errno, "cannot read %s", path);
-        buf[n] = '\0';
         return 0;
 }
 
 int host_cgroup_cpu_ns(const bench_ctx *b, const char *id, uint64_t *ret, cs_error **err)
 {
         const char *parent = b->cgroup_parent;
-        _cleanup_free_ char *v1 = NULL, *v2 = NULL;
-        char buf[4096];
+        _cleanup_free_ char *v1 = NULL, *v2 = NULL, *buf = NULL;
         const char *p;
 
         while (*parent == '/')
                 parent++;
         v1 = cs_xasprintf("%s/cpuacct/%s/%s/cpuacct.usage", b->cgroup_root, parent, id);
         if (access(v1, R_OK) == 0) {
-                if (read_small(v1, buf, sizeof(buf), err) < 0)
+                if (read_small(v1, SMALL_FILE_MAX, &buf, err) < 0)
                         return -1;
                 *ret = strtoull(buf, NULL, 10);
                 return 0;
         }
         v2 = cs_xasprintf("%s/%s/%s/cpu.stat", b->cgroup_root, parent, id);
-        if (read_small(v2, buf, sizeof(buf), err) < 0)
+        if (read_small(v2, SMALL_FILE_MAX, &buf, err) < 0)
                 return cs_error_prefix(err, "no cgroup v1 %s", v1);
         p = strstr(buf, "usage_usec ");
         if (!p)
@@ -217,12 +212,11 @@ int host_cgroup_cpu_ns(const bench_ctx *b, const char *id, uint64_t *ret, cs_err
 
 static uint64_t status_kib(pid_t pid, const char *field)
 {
-        _cleanup_free_ char *path = cs_xasprintf("/proc/%d/status", (int)pid);
-        char buf[8192];
+        _cleanup_free_ char *path = cs_xasprintf("/proc/%d/status", (int)pid), *buf = NULL;
         const char *p;
         cs_error *err = NULL;
 
-        if (pid <= 0 || read_small(path, buf, sizeof(buf), &err) < 0) {
+        if (pid <= 0 || read_small(path, SMALL_FILE_MAX, &buf, &err) < 0) {
                 cs_error_free(err);
                 return 0;
         }

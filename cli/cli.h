@@ -150,7 +150,6 @@ const char *fmt_timestamp(const Google__Protobuf__Timestamp *ts, char buf[static
 const char *fmt_bytes(uint64_t n, char buf[static CLI_FMT_MAX]);
 /* "850ms", "12.3s", "5m07s", "2h03m04s". */
 const char *fmt_duration_ms(int64_t ms, char buf[static CLI_FMT_MAX]);
-int64_t duration_ms(const Google__Protobuf__Duration *d);
 /* "READY" for SANDBOX_STATUS_READY. */
 const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FMT_MAX]);
 
@@ -159,11 +158,12 @@ void print_kv(const char *key, const char *fmt, ...) __attribute__((format(print
 /* The seven usage fields as aligned lines (NULL: all zero). */
 void print_usage_text(const Common__V1__UsageMetrics *u);
 /* The seven usage fields as a JSON object value. */
-void json_usage(json_writer *j, const Common__V1__UsageMetrics *u);
+void cli_json_usage(cli_json_writer *j, const Common__V1__UsageMetrics *u);
 /* A timestamp member: RFC 3339 as fmt_timestamp(), null when unset. */
-void json_kv_timestamp(json_writer *j, const char *key, const Google__Protobuf__Timestamp *ts);
+void cli_json_kv_timestamp(cli_json_writer *j, const char *key,
+                           const Google__Protobuf__Timestamp *ts);
 /* Writes j's document as one line on fd 1. Returns 0, or CLI_EXIT_ERROR after printing why. */
-int json_print(json_writer *j);
+int cli_json_print(cli_json_writer *j);
 
 /* --- commands --------------------------------------------------------------------------- */
 

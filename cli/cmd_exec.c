@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "pbconv.h"
 #include "util.h"
 
 /* The server caps an exec at 600 s. The stream's own deadline leaves room on top for the wait
@@ -152,36 +153,37 @@ static int exec_exit_status(const exec_outcome *o)
         return CLI_EXIT_ERROR;
 }
 
-static void json_event_head(json_writer *j, const char *kind, const Compute__V1__ExecEvent *ev)
+static void cli_json_event_head(cli_json_writer *j, const char *kind,
+                                const Compute__V1__ExecEvent *ev)
 {
         char b[CLI_FMT_MAX];
 
-        json_object_begin(j);
-        json_kv_string(j, "event", kind);
+        cli_json_object_begin(j);
+        cli_json_kv_string(j, "event", kind);
         if (ev && ev->emitted_at)
-                json_kv_string(j, "emitted_at", fmt_timestamp(ev->emitted_at, b));
+                cli_json_kv_string(j, "emitted_at", fmt_timestamp(ev->emitted_at, b));
 }
 
-static void json_completed(json_writer *j, const Compute__V1__ExecEvent *ev)
+static void cli_json_completed(cli_json_writer *j, const Compute__V1__ExecEvent *ev)
 {
         const Compute__V1__ExecCompleted *c = ev->completed;
 
-        json_event_head(j, "completed", ev);
-        json_kv_i64(j, "exit_code", c->exit_code);
-        json_kv_bool(j, "cancelled", c->cancelled);
-        json_kv_bool(j, "timed_out", c->timed_out);
-        json_kv_i64(j, "signal", c->signal);
-        json_kv_bool(j, "oom_killed", c->oom_killed);
-        json_kv_i64(j, "wall_time_ms", duration_ms(c->wall_time));
-        json_key(j, "usage");
-        json_usage(j, c->usage);
-        json_object_end(j);
+        cli_json_event_head(j, "completed", ev);
+        cli_json_kv_i64(j, "exit_code", c->exit_code);
+        cli_json_kv_bool(j, "cancelled", c->cancelled);
+        cli_json_kv_bool(j, "timed_out", c->timed_out);
+        cli_json_kv_i64(j, "signal", c->signal);
+        cli_json_kv_bool(j, "oom_killed", c->oom_killed);
+        cli_json_kv_i64(j, "wall_time_ms", pb_duration_ms(c->wall_time));
+        cli_json_key(j, "usage");
+        cli_json_usage(j, c->usage);
+        cli_json_object_end(j);
 }
 
 /* Handles one event. Returns 0, or -1 with errno when our stdout could not take the data. */
 static int exec_event(const cli_ctx *ctx, const Compute__V1__ExecEvent *ev, exec_outcome *out)
 {
-        _cleanup_json_ json_writer j = { 0 };
+        _cleanup_cli_json_ cli_json_writer j = { 0 };
         const ProtobufCBinaryData *data = NULL;
         const char *kind = NULL;
         int fd = STDOUT_FILENO;
@@ -205,8 +207,8 @@ static int exec_event(const cli_ctx *ctx, const Compute__V1__ExecEvent *ev, exec
                 out->oom_killed = ev->completed->oom_killed;
                 if (!ctx->json)
                         return 0;
-                json_completed(&j, ev);
-                json_newline(&j);
+                cli_json_completed(&j, ev);
+                cli_json_newline(&j);
                 return cs_write_all(STDOUT_FILENO, j.buf, j.len);
         default:
                 return 0; /* an event kind newer than this client */
@@ -217,11 +219,11 @@ static int exec_event(const cli_ctx *ctx, const Compute__V1__ExecEvent *ev, exec
                         return -1;
                 return 0;
         }
-        json_event_head(&j, kind, ev);
-        json_key(&j, "data");
-        json_base64(&j, data->data, data->len);
-        json_object_end(&j);
-        json_newline(&j);
+        cli_json_event_head(&j, kind, ev);
+        cli_json_key(&j, "data");
+        cli_json_base64(&j, data->data, data->len);
+        cli_json_object_end(&j);
+        cli_json_newline(&j);
         return cs_write_all(STDOUT_FILENO, j.buf, j.len);
 }
 
@@ -252,12 +254,12 @@ static int exec_interrupted(const cli_ctx *ctx, int signo)
         char b[CLI_FMT_MAX];
 
         if (ctx->json) {
-                _cleanup_json_ json_writer j = { 0 };
+                _cleanup_cli_json_ cli_json_writer j = { 0 };
 
-                json_event_head(&j, "interrupted", NULL);
-                json_kv_i64(&j, "signal", signo);
-                json_object_end(&j);
-                json_newline(&j);
+                cli_json_event_head(&j, "interrupted", NULL);
+                cli_json_kv_i64(&j, "signal", signo);
+                cli_json_object_end(&j);
+                cli_json_newline(&j);
                 (void)cs_write_all(STDOUT_FILENO, j.buf, j.len);
         }
         fprintf(stderr, CLI_NAME ": interrupted by %s: the remote command was cancelled\n",

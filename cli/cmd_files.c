@@ -136,18 +136,18 @@ static const char *base_name(const char *path)
 static int cp_summary(const cli_ctx *ctx, const char *src, const char *dst, uint64_t bytes,
                       bool to_stderr)
 {
-        _cleanup_json_ json_writer j = { 0 };
+        _cleanup_cli_json_ cli_json_writer j = { 0 };
 
         if (!ctx->json)
                 return CLI_EXIT_OK;
-        json_object_begin(&j);
-        json_kv_string(&j, "source", src);
-        json_kv_string(&j, "destination", dst);
-        json_kv_u64(&j, "bytes", bytes);
-        json_object_end(&j);
+        cli_json_object_begin(&j);
+        cli_json_kv_string(&j, "source", src);
+        cli_json_kv_string(&j, "destination", dst);
+        cli_json_kv_u64(&j, "bytes", bytes);
+        cli_json_object_end(&j);
         if (!to_stderr)
-                return json_print(&j);
-        json_newline(&j);
+                return cli_json_print(&j);
+        cli_json_newline(&j);
         (void)cs_write_all(STDERR_FILENO, j.buf, j.len);
         return CLI_EXIT_OK;
 }
@@ -519,26 +519,26 @@ static void ls_print_text(const Compute__V1__ListFilesResponse *resp)
 
 static int ls_print_json(const Compute__V1__ListFilesResponse *resp)
 {
-        _cleanup_json_ json_writer j = { 0 };
+        _cleanup_cli_json_ cli_json_writer j = { 0 };
 
-        json_object_begin(&j);
-        json_key(&j, "entries");
-        json_array_begin(&j);
+        cli_json_object_begin(&j);
+        cli_json_key(&j, "entries");
+        cli_json_array_begin(&j);
         for (size_t i = 0; i < resp->n_entries; i++) {
                 const Compute__V1__FileEntry *e = resp->entries[i];
 
-                json_object_begin(&j);
-                json_kv_string(&j, "path", e->path);
-                json_kv_u64(&j, "size", e->size);
-                json_kv_bool(&j, "is_dir", e->is_dir);
-                json_kv_u64(&j, "mode", e->mode);
-                json_kv_timestamp(&j, "modified_at", e->modified_at);
-                json_object_end(&j);
+                cli_json_object_begin(&j);
+                cli_json_kv_string(&j, "path", e->path);
+                cli_json_kv_u64(&j, "size", e->size);
+                cli_json_kv_bool(&j, "is_dir", e->is_dir);
+                cli_json_kv_u64(&j, "mode", e->mode);
+                cli_json_kv_timestamp(&j, "modified_at", e->modified_at);
+                cli_json_object_end(&j);
         }
-        json_array_end(&j);
-        json_kv_bool(&j, "truncated", resp->truncated);
-        json_object_end(&j);
-        return json_print(&j);
+        cli_json_array_end(&j);
+        cli_json_kv_bool(&j, "truncated", resp->truncated);
+        cli_json_object_end(&j);
+        return cli_json_print(&j);
 }
 
 static int run_ls(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)

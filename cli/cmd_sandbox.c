@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pbconv.h"
 #include "util.h"
 
 /* Bounds checked here so a typo fails before the call; the server has its own. */
@@ -127,19 +128,19 @@ static int on_create_option(void *state, int id, const char *value)
 
 static int create_print(const cli_ctx *ctx, const Compute__V1__CreateSandboxResponse *resp)
 {
-        _cleanup_json_ json_writer j = { 0 };
+        _cleanup_cli_json_ cli_json_writer j = { 0 };
         char b[CLI_FMT_MAX];
 
         if (!ctx->json) {
                 printf("%s\n", resp->sandbox_id);
                 return CLI_EXIT_OK;
         }
-        json_object_begin(&j);
-        json_kv_string(&j, "sandbox_id", resp->sandbox_id);
-        json_kv_string(&j, "status", fmt_status(resp->status, b));
-        json_kv_timestamp(&j, "created_at", resp->created_at);
-        json_object_end(&j);
-        return json_print(&j);
+        cli_json_object_begin(&j);
+        cli_json_kv_string(&j, "sandbox_id", resp->sandbox_id);
+        cli_json_kv_string(&j, "status", fmt_status(resp->status, b));
+        cli_json_kv_timestamp(&j, "created_at", resp->created_at);
+        cli_json_object_end(&j);
+        return cli_json_print(&j);
 }
 
 static int run_create(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
@@ -196,8 +197,8 @@ const cli_command cli_cmd_create = {
 
 static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandboxResponse *resp)
 {
-        _cleanup_json_ json_writer j = { 0 };
-        int64_t up = duration_ms(resp->current_uptime);
+        _cleanup_cli_json_ cli_json_writer j = { 0 };
+        int64_t up = pb_duration_ms(resp->current_uptime);
         char b[CLI_FMT_MAX];
 
         if (!ctx->json) {
@@ -208,15 +209,15 @@ static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandbox
                 print_usage_text(resp->current_usage);
                 return CLI_EXIT_OK;
         }
-        json_object_begin(&j);
-        json_kv_string(&j, "sandbox_id", resp->sandbox_id);
-        json_kv_string(&j, "status", fmt_status(resp->status, b));
-        json_kv_timestamp(&j, "created_at", resp->created_at);
-        json_kv_i64(&j, "uptime_ms", up);
-        json_key(&j, "usage");
-        json_usage(&j, resp->current_usage);
-        json_object_end(&j);
-        return json_print(&j);
+        cli_json_object_begin(&j);
+        cli_json_kv_string(&j, "sandbox_id", resp->sandbox_id);
+        cli_json_kv_string(&j, "status", fmt_status(resp->status, b));
+        cli_json_kv_timestamp(&j, "created_at", resp->created_at);
+        cli_json_kv_i64(&j, "uptime_ms", up);
+        cli_json_key(&j, "usage");
+        cli_json_usage(&j, resp->current_usage);
+        cli_json_object_end(&j);
+        return cli_json_print(&j);
 }
 
 static int run_describe(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
@@ -253,7 +254,7 @@ static int run_destroy(cli_ctx *ctx, const cli_command *cmd, int argc, char **ar
         Compute__V1__DestroySandboxRequest req = COMPUTE__V1__DESTROY_SANDBOX_REQUEST__INIT;
         _cleanup_error_ cs_error *err = NULL;
         _cleanup_msg_ ProtobufCMessage *msg = NULL;
-        _cleanup_json_ json_writer j = { 0 };
+        _cleanup_cli_json_ cli_json_writer j = { 0 };
         const Compute__V1__DestroySandboxResponse *resp;
         const char *id = NULL;
         int r;
@@ -272,12 +273,12 @@ static int run_destroy(cli_ctx *ctx, const cli_command *cmd, int argc, char **ar
                 print_usage_text(resp->total_usage);
                 return CLI_EXIT_OK;
         }
-        json_object_begin(&j);
-        json_kv_string(&j, "sandbox_id", resp->sandbox_id);
-        json_key(&j, "total_usage");
-        json_usage(&j, resp->total_usage);
-        json_object_end(&j);
-        return json_print(&j);
+        cli_json_object_begin(&j);
+        cli_json_kv_string(&j, "sandbox_id", resp->sandbox_id);
+        cli_json_key(&j, "total_usage");
+        cli_json_usage(&j, resp->total_usage);
+        cli_json_object_end(&j);
+        return cli_json_print(&j);
 }
 
 const cli_command cli_cmd_destroy = {

@@ -67,13 +67,6 @@ const char *fmt_duration_ms(int64_t ms, char buf[static CLI_FMT_MAX])
         return buf;
 }
 
-int64_t duration_ms(const Google__Protobuf__Duration *d)
-{
-        if (!d)
-                return 0;
-        return d->seconds * 1000 + d->nanos / 1000000;
-}
-
 const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FMT_MAX])
 {
         const char *name;
@@ -139,37 +132,38 @@ void print_usage_text(const Common__V1__UsageMetrics *u)
         print_kv_bytes("network_ingress_bytes", u->network_ingress_bytes);
 }
 
-void json_usage(json_writer *j, const Common__V1__UsageMetrics *u)
+void cli_json_usage(cli_json_writer *j, const Common__V1__UsageMetrics *u)
 {
         static const Common__V1__UsageMetrics zero = COMMON__V1__USAGE_METRICS__INIT;
 
         if (!u)
                 u = &zero;
-        json_object_begin(j);
-        json_kv_u64(j, "cpu_ms", u->cpu_ms);
-        json_kv_u64(j, "memory_peak_bytes", u->memory_peak_bytes);
-        json_kv_u64(j, "memory_avg_bytes", u->memory_avg_bytes);
-        json_kv_u64(j, "disk_read_bytes", u->disk_read_bytes);
-        json_kv_u64(j, "disk_write_bytes", u->disk_write_bytes);
-        json_kv_u64(j, "network_egress_bytes", u->network_egress_bytes);
-        json_kv_u64(j, "network_ingress_bytes", u->network_ingress_bytes);
-        json_object_end(j);
+        cli_json_object_begin(j);
+        cli_json_kv_u64(j, "cpu_ms", u->cpu_ms);
+        cli_json_kv_u64(j, "memory_peak_bytes", u->memory_peak_bytes);
+        cli_json_kv_u64(j, "memory_avg_bytes", u->memory_avg_bytes);
+        cli_json_kv_u64(j, "disk_read_bytes", u->disk_read_bytes);
+        cli_json_kv_u64(j, "disk_write_bytes", u->disk_write_bytes);
+        cli_json_kv_u64(j, "network_egress_bytes", u->network_egress_bytes);
+        cli_json_kv_u64(j, "network_ingress_bytes", u->network_ingress_bytes);
+        cli_json_object_end(j);
 }
 
-void json_kv_timestamp(json_writer *j, const char *key, const Google__Protobuf__Timestamp *ts)
+void cli_json_kv_timestamp(cli_json_writer *j, const char *key,
+                           const Google__Protobuf__Timestamp *ts)
 {
         char b[CLI_FMT_MAX];
 
-        json_key(j, key);
+        cli_json_key(j, key);
         if (ts)
-                json_string(j, fmt_timestamp(ts, b));
+                cli_json_string(j, fmt_timestamp(ts, b));
         else
-                json_null(j);
+                cli_json_null(j);
 }
 
-int json_print(json_writer *j)
+int cli_json_print(cli_json_writer *j)
 {
-        json_newline(j);
+        cli_json_newline(j);
         if (cs_write_all(STDOUT_FILENO, j->buf, j->len) < 0) {
                 cs_error e = { .code = cs_errno_to_status(errno), .msg = NULL };
                 _cleanup_free_ char *msg = cs_xasprintf("stdout: %s", strerror(errno));

@@ -5,20 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "util.h"
 
-void json_init(json_writer *j)
-{
-        memset(j, 0, sizeof(*j));
-}
-
-void json_free(json_writer *j)
+void cli_json_free(cli_json_writer *j)
 {
         free(j->buf);
         memset(j, 0, sizeof(*j));
 }
 
-static void put(json_writer *j, const char *s, size_t n)
+static void put(cli_json_writer *j, const char *s, size_t n)
 {
         if (j->len + n + 1 > j->cap) {
                 size_t cap = j->cap ? j->cap : 256;
@@ -38,13 +34,13 @@ static void put(json_writer *j, const char *s, size_t n)
         j->buf[j->len] = '\0';
 }
 
-static void puts_(json_writer *j, const char *s)
+static void puts_(cli_json_writer *j, const char *s)
 {
         put(j, s, strlen(s));
 }
 
 /* Before a value: a comma if it is not the first element, unless a key came just before. */
-static void before_value(json_writer *j)
+static void before_value(cli_json_writer *j)
 {
         if (j->after_key) {
                 j->after_key = false;
@@ -57,46 +53,46 @@ static void before_value(json_writer *j)
         }
 }
 
-static void open_(json_writer *j, char c)
+static void open_(cli_json_writer *j, char c)
 {
         before_value(j);
         put(j, &c, 1);
         /* computectl never nests deeper than a few levels: more is a bug, not input. */
-        if (j->depth == JSON_MAX_DEPTH)
+        if (j->depth == CLI_JSON_MAX_DEPTH)
                 abort();
         j->has_member[j->depth++] = false;
 }
 
-static void close_(json_writer *j, char c)
+static void close_(cli_json_writer *j, char c)
 {
         if (j->depth > 0)
                 j->depth--;
         put(j, &c, 1);
 }
 
-void json_object_begin(json_writer *j)
+void cli_json_object_begin(cli_json_writer *j)
 {
         open_(j, '{');
 }
 
-void json_object_end(json_writer *j)
+void cli_json_object_end(cli_json_writer *j)
 {
         close_(j, '}');
 }
 
-void json_array_begin(json_writer *j)
+void cli_json_array_begin(cli_json_writer *j)
 {
         open_(j, '[');
 }
 
-void json_array_end(json_writer *j)
+void cli_json_array_end(cli_json_writer *j)
 {
         close_(j, ']');
 }
 
-void json_key(json_writer *j, const char *key)
+void cli_json_key(cli_json_writer *j, const char *key)
 {
-        json_string(j, key);
+        cli_json_string(j, key);
         put(j, ":", 1);
         j->after_key = true;
 }
@@ -137,7 +133,7 @@ static size_t utf8_len(const unsigned char *s, size_t n)
         return len;
 }
 
-void json_string_len(json_writer *j, const char *s, size_t len)
+void cli_json_string_len(cli_json_writer *j, const char *s, size_t len)
 {
         const unsigned char *p = (const unsigned char *)s;
         size_t i = 0;
@@ -193,46 +189,33 @@ void json_string_len(json_writer *j, const char *s, size_t len)
         put(j, "\"", 1);
 }
 
-void json_string(json_writer *j, const char *s)
+void cli_json_string(cli_json_writer *j, const char *s)
 {
         if (!s) {
-                json_null(j);
+                cli_json_null(j);
                 return;
         }
-        json_string_len(j, s, strlen(s));
+        cli_json_string_len(j, s, strlen(s));
 }
 
-void json_base64(json_writer *j, const uint8_t *data, size_t len)
+/* Encoded in pieces of a multiple of 3 bytes (no padding inside) through a small buffer. */
+#define BASE64_PIECE 192
+
+void cli_json_base64(cli_json_writer *j, const uint8_t *data, size_t len)
 {
-        static const char tab[] =
-                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        char out[4 * 64];
-        size_t o = 0;
+        char out[BASE64_PIECE / 3 * 4 + 1];
 
         before_value(j);
         put(j, "\"", 1);
-        for (size_t i = 0; i < len; i += 3) {
-                uint32_t v = (uint32_t)data[i] << 16;
-                size_t rem = len - i;
+        for (size_t i = 0; i < len; i += BASE64_PIECE) {
+                size_t n = len - i < BASE64_PIECE ? len - i : BASE64_PIECE;
 
-                if (rem > 1)
-                        v |= (uint32_t)data[i + 1] << 8;
-                if (rem > 2)
-                        v |= data[i + 2];
-                out[o++] = tab[(v >> 18) & 63];
-                out[o++] = tab[(v >> 12) & 63];
-                out[o++] = rem > 1 ? tab[(v >> 6) & 63] : '=';
-                out[o++] = rem > 2 ? tab[v & 63] : '=';
-                if (o == sizeof(out)) {
-                        put(j, out, o);
-                        o = 0;
-                }
+                put(j, out, cs_base64_encode(data + i, n, out));
         }
-        put(j, out, o);
         put(j, "\"", 1);
 }
 
-void json_u64(json_writer *j, uint64_t v)
+void cli_json_u64(cli_json_writer *j, uint64_t v)
 {
         char b[24];
 
@@ -241,7 +224,7 @@ void json_u64(json_writer *j, uint64_t v)
         puts_(j, b);
 }
 
-void json_i64(json_writer *j, int64_t v)
+void cli_json_i64(cli_json_writer *j, int64_t v)
 {
         char b[24];
 
@@ -250,43 +233,43 @@ void json_i64(json_writer *j, int64_t v)
         puts_(j, b);
 }
 
-void json_bool(json_writer *j, bool v)
+void cli_json_bool(cli_json_writer *j, bool v)
 {
         before_value(j);
         puts_(j, v ? "true" : "false");
 }
 
-void json_null(json_writer *j)
+void cli_json_null(cli_json_writer *j)
 {
         before_value(j);
         puts_(j, "null");
 }
 
-void json_newline(json_writer *j)
+void cli_json_newline(cli_json_writer *j)
 {
         put(j, "\n", 1);
 }
 
-void json_kv_string(json_writer *j, const char *key, const char *s)
+void cli_json_kv_string(cli_json_writer *j, const char *key, const char *s)
 {
-        json_key(j, key);
-        json_string(j, s);
+        cli_json_key(j, key);
+        cli_json_string(j, s);
 }
 
-void json_kv_u64(json_writer *j, const char *key, uint64_t v)
+void cli_json_kv_u64(cli_json_writer *j, const char *key, uint64_t v)
 {
-        json_key(j, key);
-        json_u64(j, v);
+        cli_json_key(j, key);
+        cli_json_u64(j, v);
 }
 
-void json_kv_i64(json_writer *j, const char *key, int64_t v)
+void cli_json_kv_i64(cli_json_writer *j, const char *key, int64_t v)
 {
-        json_key(j, key);
-        json_i64(j, v);
+        cli_json_key(j, key);
+        cli_json_i64(j, v);
 }
 
-void json_kv_bool(json_writer *j, const char *key, bool v)
+void cli_json_kv_bool(cli_json_writer *j, const char *key, bool v)
 {
-        json_key(j, key);
-        json_bool(j, v);
+        cli_json_key(j, key);
+        cli_json_bool(j, v);
 }

@@ -24,6 +24,9 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("test_manifests: PyYAML is missing: apt-get install python3-yaml")
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import testmain  # noqa: E402
+
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEPLOY = os.path.join(SRC, "deploy")
 BUILD = None
@@ -616,4 +619,4 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: test_manifests.py BUILD_DIR [unittest args]")
     BUILD = os.path.abspath(sys.argv[1])
-    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
+    testmain.main([sys.argv[0]] + sys.argv[2:])

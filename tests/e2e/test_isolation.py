@@ -14,6 +14,7 @@ import grpc
 
 from agent_client import code_of
 from agent_fixture import DEFAULT_IMAGE, IMAGES_DIR, AgentProcess
+import testmain
 from compute_client import Compute
 from frontend_fixture import FrontendProcess
 
@@ -183,4 +184,4 @@ class IsolationTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
+    testmain.main(sys.argv[:1] + sys.argv[2:])

@@ -27,6 +27,7 @@ import test_frontend as tf
 from agent_client import code_of
 from compute_client import Compute
 from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
+import testmain
 
 BUILD_DIR = sys.argv[1]
 ANN = "compute.paper-board.io/"
@@ -468,4 +469,4 @@ class KubeFaultTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
+    testmain.main(sys.argv[:1] + sys.argv[2:])

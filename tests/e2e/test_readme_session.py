@@ -16,6 +16,7 @@ import unittest
 import uuid
 
 from agent_fixture import AgentProcess
+import testmain
 from test_frontend import Frontend
 
 BUILD_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
@@ -81,4 +82,4 @@ class ReadmeSessionTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)
+    testmain.main(sys.argv[:1] + sys.argv[3:])

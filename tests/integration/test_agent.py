@@ -16,6 +16,7 @@ import grpc
 
 from agent_client import code_of
 from agent_fixture import DEFAULT_IMAGE, IMAGES_DIR, AgentProcess
+import testmain
 
 BUILD_DIR = sys.argv[1]
 MIB = 1024 * 1024
@@ -539,4 +540,4 @@ class AgentLifecycleTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
+    testmain.main(sys.argv[:1] + sys.argv[2:])

@@ -18,6 +18,7 @@ import grpc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
 from agent_client import code_of, collect_exec  # noqa: E402
 from agent_fixture import DEFAULT_IMAGE, IMAGES_DIR, AgentProcess  # noqa: E402
+import testmain  # noqa: E402
 from cri import CriRuntime  # noqa: E402
 
 BUILD_DIR = sys.argv[1]
@@ -70,22 +71,24 @@ class KubeAgentTest(unittest.TestCase):
         return self.pb.SandboxRef(sandbox_id=sandbox_id, pod=self.pb.PodRef(
             pod_namespace=pod.pop("namespace", NS), pod_name=name, pod_uid=uid, **pod))
 
-    def exec(self, *cmd, ref=None, env=None, working_dir="", timeout=120, **kw):
+    # The helpers call the suite's agent, or the client c of another.
+
+    def exec(self, *cmd, ref=None, env=None, working_dir="", timeout=120, c=None, **kw):
         req = self.pb.ExecRequest(ref=ref or self.ref(), command=cmd[0], args=list(cmd[1:]),
                                   env=env or {}, working_dir=working_dir, **kw)
-        return collect_exec(self.c.ExecStream(req, timeout=timeout))
+        return collect_exec((c or self.c).ExecStream(req, timeout=timeout))
 
-    def get(self, ref=None):
-        return self.c.GetSandbox(self.pb.GetSandboxRequest(ref=ref or self.ref()),
-                                 timeout=30).sandbox
+    def get(self, ref=None, c=None):
+        return (c or self.c).GetSandbox(self.pb.GetSandboxRequest(ref=ref or self.ref()),
+                                        timeout=30).sandbox
 
-    def read(self, path, ref=None, **kw):
-        return self.c.ReadFile(self.pb.ReadFileRequest(ref=ref or self.ref(), path=path, **kw),
-                               timeout=30)
+    def read(self, path, ref=None, c=None, **kw):
+        return (c or self.c).ReadFile(self.pb.ReadFileRequest(ref=ref or self.ref(), path=path,
+                                                              **kw), timeout=30)
 
-    def write(self, path, data, ref=None, **kw):
-        return self.c.WriteFile(self.pb.WriteFileRequest(ref=ref or self.ref(), path=path,
-                                                         data=data, **kw), timeout=30)
+    def write(self, path, data, ref=None, c=None, **kw):
+        return (c or self.c).WriteFile(self.pb.WriteFileRequest(ref=ref or self.ref(), path=path,
+                                                                data=data, **kw), timeout=30)
 
     def usage(self, ref=None):
         return self.c.GetUsage(self.pb.GetUsageRequest(ref=ref or self.ref()), timeout=30)
@@ -314,38 +317,58 @@ class KubeAgentTest(unittest.TestCase):
                          grpc.StatusCode.NOT_FOUND)
         self.cri.stop_pod(self.pods.pop("pod-again")[1])
 
-    def test_zz_agent_restart_kill9(self):
+    def test_agent_killed_and_restarted_kills_the_orphaned_exec(self):
+        # Its own agent (own state dir and port) on its own pod: the kill and the restart touch
+        # nothing another test uses, so the tests run in any order.
+        self.run_pod("pod-restart")
+        self.addCleanup(lambda: self.cri.stop_pod(self.pods.pop("pod-restart")[1]))
+        agent = AgentProcess(BUILD_DIR, "--mode", "kube", "--runsc-root", self.cri.root,
+                             "--volume-root", os.path.join(self.tmp, "volumes"),
+                             "--node-name", "node-k1")
+        self.addCleanup(self.cleanup_agent, agent)
+        c, ref = agent.client, self.ref("pod-restart")
+        self.assertEqual(self.get(ref, c=c).status, self.c.cpb.SANDBOX_STATUS_READY)
         # An exec in flight when the agent is killed: the restarted agent kills it.
-        req = self.pb.ExecRequest(ref=self.ref(), command="sleep", args=["4567"])
-        stream = self.c.ExecStream(req, timeout=120)
+        req = self.pb.ExecRequest(ref=ref, command="sleep", args=["4567"])
+        stream = c.ExecStream(req, timeout=120)
         deadline = time.monotonic() + 20
-        while not [p for p in self.processes() if "sleep 4567" in p]:
+        while not [p for p in self.processes(ref) if "sleep 4567" in p]:
             self.assertLess(time.monotonic(), deadline, "the exec did not start")
             time.sleep(0.2)
-        self.agent.stop(signal.SIGKILL)
+        agent.stop(signal.SIGKILL)
         try:
             list(stream)
         except grpc.RpcError:
             pass
-        self.agent.restart()
-        self.assertEqual(self.get().status, self.c.cpb.SANDBOX_STATUS_READY)
+        agent.restart()
+        self.assertEqual(self.get(ref, c=c).status, self.c.cpb.SANDBOX_STATUS_READY)
         deadline = time.monotonic() + 20
-        while [p for p in self.processes() if "sleep 4567" in p]:
+        while [p for p in self.processes(ref) if "sleep 4567" in p]:
             self.assertLess(time.monotonic(), deadline, "the orphaned exec survived")
             time.sleep(0.2)
-        out, _, _, _ = self.exec("echo", "still usable")
+        out, _, _, _ = self.exec("echo", "still usable", ref=ref, c=c)
         self.assertEqual(out, b"still usable\n")
-        self.write("after-restart.txt", b"r")
-        self.assertEqual(self.read("after-restart.txt").data, b"r")
-        self.assertIn("left by the agent's previous run", self.agent.log())
+        self.write("after-restart.txt", b"r", ref=ref, c=c)
+        self.assertEqual(self.read("after-restart.txt", ref=ref, c=c).data, b"r")
+        self.assertIn("left by the agent's previous run", agent.log())
+        # The suite's agent was not disturbed: its exec did not go with the other's.
+        self.assertEqual(self.get().status, self.c.cpb.SANDBOX_STATUS_READY)
 
-    def processes(self):
+    @staticmethod
+    def cleanup_agent(agent):
+        rc, tail = agent.cleanup()
+        if rc != 0:
+            raise AssertionError(f"agent exited {rc}:\n{tail}")
+
+    def processes(self, ref=None):
+        """Command lines of every process in the pod (but the listing shell's own), through the
+        suite's agent."""
         out, _, _, _ = self.exec(
             "sh", "-c",
             'for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
-            'tr "\\0" " " < $p/cmdline 2>/dev/null; echo; done')
+            'tr "\\0" " " < $p/cmdline 2>/dev/null; echo; done', ref=ref)
         return [line for line in out.decode().splitlines() if line.strip()]
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
+    testmain.main(sys.argv[:1] + sys.argv[2:])

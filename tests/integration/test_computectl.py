@@ -3,6 +3,7 @@ real compute-frontend backed by a real compute-nodeagent (local mode, runsc), bo
 loopback ports with temporary state.
 
 Usage: test_computectl.py BUILD_DIR [unittest args]    (as root; /usr/bin/python3)"""
+import base64
 import json
 import os
 import pty
@@ -22,6 +23,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_fixture import AgentProcess, free_port, remove_cgroup  # noqa: E402
+import testmain  # noqa: E402
 
 BUILD_DIR = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build"
 CTL = os.path.join(BUILD_DIR, "bin", "computectl")
@@ -260,6 +262,13 @@ class ComputectlTest(unittest.TestCase):
         self.assertEqual(events[-1]["exit_code"], 0, events)
         self.assertIn({"event": "stdout", "data": "aGkK"},
                       [{k: e[k] for k in ("event", "data")} for e in events[:-1]])
+        # The events' base64 is strict RFC 4648 and joins to the output byte for byte (output
+        # longer than the writer's 192-byte pieces, of a length that needs padding).
+        p = self.ok("--json", "exec", sid, "--", "seq", "1", "400")
+        events = [json.loads(ln) for ln in p.stdout.decode().splitlines()]
+        out = b"".join(base64.b64decode(e["data"], validate=True) for e in events
+                       if e["event"] == "stdout")
+        self.assertEqual(out, "".join(f"{i}\n" for i in range(1, 401)).encode())
 
         # describe: READY, and the Python run used some CPU.
         p = self.ok("describe", sid)
@@ -345,7 +354,7 @@ def main():
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
+        testmain.main([sys.argv[0]] + sys.argv[2:])
     finally:
         run_cleanups()
 

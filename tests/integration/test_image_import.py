@@ -20,6 +20,7 @@ import time
 import unittest
 
 from agent_fixture import AgentProcess
+import testmain
 
 BUILD_DIR = sys.argv[1]
 AGENT = os.path.join(BUILD_DIR, "bin", "compute-nodeagent")
@@ -249,4 +250,4 @@ class ImageImportTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
+    testmain.main(sys.argv[:1] + sys.argv[2:])

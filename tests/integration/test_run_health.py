@@ -14,6 +14,7 @@ import unittest
 import grpc
 
 from health_client import Health
+import testmain
 
 BUILD_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
 
@@ -100,4 +101,4 @@ class RunScriptTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    testmain.main(sys.argv[:1])

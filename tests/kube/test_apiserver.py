@@ -24,6 +24,9 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import apiserver  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import testmain  # noqa: E402
+
 
 class Client:
     """A minimal Kubernetes REST client over one keep-alive HTTPS connection."""
@@ -732,13 +735,14 @@ class ApiServerTest(unittest.TestCase):
 # The simulated kubelet with real runsc containers
 # --------------------------------------------------------------------------------------------
 
+# Without root or runsc these tests cannot run: they are skipped, which testmain reports (ctest:
+# "Skipped") and turns into a failure in CI. cri.py is part of the tree: its absence is an
+# import error, not a skip.
 def _kubelet_skip_reason():
     if os.geteuid() != 0:
         return "needs root"
     if shutil.which("runsc") is None:
         return "needs runsc"
-    if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cri.py")):
-        return "tests/kube/cri.py is missing"
     return None
 
 
@@ -945,4 +949,4 @@ class KubeletSimTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    testmain.main(sys.argv)
