@@ -1,8 +1,8 @@
 /* The kubeconfig reader: YAML text to jansson values, the kubeconfig schema (contexts,
  * clusters, users) to a kube_config, and the files a kubeconfig names. See kube_config.h.
  *
- * Owns: the YAML conversion and its caps, the kubeconfig field checks, the kube client's one
- * base64 decoder. Touches: only its arguments; the file system only in
+ * Owns: the YAML conversion and its caps, the kubeconfig field checks, the kube client's base64
+ * rules (over shared/base64). Touches: only its arguments; the file system only in
  * kube_config_read_files. No curl, no locks. */
 #include "kube_config.h"
 
@@ -12,6 +12,7 @@
 
 #include <yaml.h>
 
+#include "base64.h"
 #include "util.h"
 
 void kube_blob_free(kube_blob *b)
@@ -60,51 +61,23 @@ bool kube_token_valid(const char *t)
 
 /* ---- base64 ---- */
 
-static int b64_value(char c)
-{
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '+' || c == '-')
-                return 62;
-        if (c == '/' || c == '_')
-                return 63;
-        return -1;
-}
-
 int kube_base64_decode(const char *s, kube_blob *ret)
 {
-        size_t n = strlen(s), len = 0;
-        _cleanup_free_ char *out = cs_xmalloc(n / 4 * 3 + 4);
-        uint32_t acc = 0;
-        int bits = 0, pad = 0;
+        /* Kubeconfigs are written by many tools: wrapped lines, URL-safe or unpadded text. */
+        const unsigned flags = CS_BASE64_SKIP_SPACE | CS_BASE64_PAD_OPTIONAL | CS_BASE64_URL_SAFE;
+        uint8_t *out;
+        size_t len;
+        cs_error *err = NULL;
 
-        for (size_t i = 0; i < n; i++) {
-                int v;
-
-                if (strchr(" \t\r\n", s[i]))
-                        continue;
-                if (s[i] == '=') {
-                        pad++;
-                        continue;
-                }
-                v = b64_value(s[i]);
-                if (v < 0 || pad > 0)
-                        return -1;
-                acc = (acc << 6) | (uint32_t)v;
-                bits += 6;
-                if (bits >= 8) {
-                        bits -= 8;
-                        out[len++] = (char)((acc >> bits) & 0xff);
-                }
-        }
-        if (bits >= 6 || pad > 2 || len == 0)
+        if (cs_base64_decode(s, strlen(s), flags, &out, &len, &err) < 0) {
+                cs_error_free(err);
                 return -1;
-        out[len] = '\0';
-        ret->data = TAKE_PTR(out);
+        }
+        if (len == 0) {
+                free(out);
+                return -1;
+        }
+        ret->data = (char *)out;
         ret->len = len;
         return 0;
 }

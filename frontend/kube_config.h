@@ -51,7 +51,7 @@ typedef struct kube_config {
 
 void kube_config_clear(kube_config *c);
 
-/* Standard (or URL-safe) base64, whitespace ignored, padding optional, into ret (NUL
+/* Standard (or URL-safe) base64 (shared/base64.h), whitespace ignored, padding optional, into ret (NUL
  * terminated past len; the caller frees it with kube_blob_free). -1 if malformed or empty. */
 int kube_base64_decode(const char *s, kube_blob *ret);
 

@@ -13,5 +13,5 @@ cs_fuzz_target(kube_bundle SOURCES nodeagent/kube_bundle.c shared/error.c shared
                PKGS jansson)
 cs_fuzz_target(ws_path SOURCES nodeagent/workspace_io.c shared/error.c shared/util.c)
 cs_fuzz_target(kube_watch SOURCES frontend/kube_framer.c shared/error.c shared/util.c PKGS jansson)
-cs_fuzz_target(kubeconfig SOURCES frontend/kube_config.c shared/error.c shared/util.c
+cs_fuzz_target(kubeconfig SOURCES frontend/kube_config.c shared/base64.c shared/error.c shared/util.c
                PKGS jansson yaml-0.1)
