@@ -3,17 +3,18 @@
 
 CS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Debian 12 packages the build and the test suite need (clang and libclang-rt-14-dev: the fuzz
-# targets' libFuzzer build, tests/fuzz/).
+# Debian 12 packages the build and the test suite need.
 CS_PACKAGES=(
         build-essential cmake pkg-config
         libgrpc-dev libprotobuf-dev protobuf-compiler
         protobuf-c-compiler libprotobuf-c-dev
         libcmocka-dev libjansson-dev libcurl4-openssl-dev libyaml-dev libssl-dev libarchive-dev
-        clang libclang-rt-14-dev
         openssl mmdebstrap busybox-static
         python3 python3-grpcio python3-protobuf python3-yaml
 )
+# The fuzz targets' libFuzzer build (tests/fuzz/, a ctest fixture of its own): test-only, not
+# part of the build the Dockerfile makes.
+CS_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 # runsc comes from Debian 13 (trixie): Debian 12's (2022-12) fails statx inside the sandbox
 # (`ls -l` gets EINVAL) and runs on the slow ptrace platform. Debian 13's is one static binary
@@ -71,10 +72,11 @@ cs_apt_pin_runsc() {
                 cs_as_root tee "$CS_APT_RUNSC_PIN" >/dev/null
 }
 
-# Installs whichever of CS_PACKAGES is not installed yet, and a current runsc.
+# Installs whichever of CS_PACKAGES and CS_FUZZ_PACKAGES is not installed yet, and a current
+# runsc.
 cs_install_deps() {
         local missing=() p
-        for p in "${CS_PACKAGES[@]}"; do
+        for p in "${CS_PACKAGES[@]}" "${CS_FUZZ_PACKAGES[@]}"; do
                 dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
                         missing+=("$p")
         done

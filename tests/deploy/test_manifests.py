@@ -619,4 +619,7 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: test_manifests.py BUILD_DIR [unittest args]")
     BUILD = os.path.abspath(sys.argv[1])
-    testmain.main([sys.argv[0]] + sys.argv[2:])
+    # kubectl is not a Debian 12 package (scripts/lib.sh cannot install it): the cross-check
+    # against its renderer runs where it is installed, and its absence is reported, not failed.
+    testmain.main([sys.argv[0]] + sys.argv[2:], allowed_skips={
+        "Manifests.test_renderers_agree": "kubectl is not a Debian 12 package"})

@@ -18,6 +18,7 @@ from agent_client import code_of
 from agent_fixture import AgentProcess
 from compute_client import Compute
 from frontend_fixture import FrontendProcess
+import testmain
 
 BUILD_DIR = sys.argv[1]
 MIB = 1024 * 1024
@@ -312,4 +313,4 @@ class FrontendRestartTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1] + sys.argv[2:], verbosity=2)
+    testmain.main([sys.argv[0]] + sys.argv[2:])

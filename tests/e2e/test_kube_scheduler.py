@@ -30,6 +30,7 @@ from agent_fixture import free_port  # noqa: E402
 from apiserver import ApiServer  # noqa: E402
 from compute_client import Compute  # noqa: E402
 from frontend_fixture import FrontendProcess  # noqa: E402
+import testmain  # noqa: E402
 
 BUILD_DIR = sys.argv[1]
 sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
@@ -774,4 +775,4 @@ class KubeSchedulerTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
+    testmain.main([sys.argv[0]] + sys.argv[2:])
