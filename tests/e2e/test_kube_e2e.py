@@ -402,11 +402,14 @@ class KubeFaultTest(unittest.TestCase):
         # Watches dropped, history compacted (410 on resume: relist), errors for a while.
         api.drop_watches()
         api.compact()
-        api.fail_for(3, status=500)
-        during = code_of(c.create, tenant, session)
-        self.assertIn(during, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE,
-                               grpc.StatusCode.INTERNAL))
-        time.sleep(3.2)
+        # Longer than the frontend's 3 attempts 1 s apart (the Status's retryAfterSeconds): the
+        # create gives up with UNAVAILABLE (retryable), never another code.
+        api.fail_for(6, status=500)
+        with self.assertRaises(grpc.RpcError) as cm:
+            c.create(tenant, session)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE, cm.exception.details())
+        self.assertIn("HTTP 500", cm.exception.details())
+        time.sleep(6.2)
         api.fail_for(2, status=429, retry_after=1)
         api.add_latency(0.3, duration=5)
         self.assertEqual(c.create(tenant, session).sandbox_id, sid)  # retries through 429s
