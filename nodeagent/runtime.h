@@ -76,9 +76,8 @@ typedef struct runtime_ops {
         int (*create)(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid, cs_error **err);
         int (*state)(runtime *rt, const char *container_id, rt_state *ret, pid_t *ret_pid,
                      cs_error **err);
-        /* Every container the backend knows (ids, malloc'd array of malloc'd strings). */
-        int (*list)(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err);
-        /* The same with each container's state, host pid and bundle (malloc'd array). */
+        /* Every container the backend knows, with its state, host pid and bundle (malloc'd
+         * array). */
         int (*list_details)(runtime *rt, rt_container **ret, size_t *ret_n, cs_error **err);
         /* Starts a process in the container with stdout/stderr on the given fds. */
         int (*exec)(runtime *rt, const rt_exec_spec *spec, rt_exec *ret, cs_error **err);

@@ -327,23 +327,6 @@ static int runsc_list_details(runtime *rt, rt_container **ret, size_t *ret_n, cs
         return 0;
 }
 
-static int runsc_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err)
-{
-        rt_container *cs = NULL;
-        size_t n = 0;
-        char **ids;
-
-        if (runsc_list_details(rt, &cs, &n, err) < 0)
-                return -1;
-        ids = cs_xcalloc(n + 1, sizeof(*ids));
-        for (size_t i = 0; i < n; i++)
-                ids[i] = TAKE_PTR(cs[i].id);
-        rt_containers_free(cs, n);
-        *ret_ids = ids;
-        *ret_n = n;
-        return 0;
-}
-
 void rt_containers_free(rt_container *c, size_t n)
 {
         for (size_t i = 0; c && i < n; i++) {
@@ -480,7 +463,6 @@ static const runtime_ops runsc_ops = {
         .name = "runsc",
         .create = runsc_create,
         .state = runsc_state,
-        .list = runsc_list,
         .list_details = runsc_list_details,
         .exec = runsc_exec,
         .signal = runsc_signal,

@@ -238,31 +238,31 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
 /* Destroys containers under the runtime's root that no record claims. */
 static void destroy_strays(sb_registry *reg)
 {
-        char **ids = NULL;
+        rt_container *cs = NULL;
         size_t n = 0;
         cs_error *err = NULL;
 
-        if (reg->rt->ops->list(reg->rt, &ids, &n, &err) < 0) {
+        if (reg->rt->ops->list_details(reg->rt, &cs, &n, &err) < 0) {
                 sandbox_log(reg, true, NULL, "cannot list containers: %s", err->msg);
                 cs_error_free(err);
                 return;
         }
         for (size_t i = 0; i < n; i++) {
+                const char *id = cs[i].id;
                 bool known = false;
+
                 for (sandbox *sb = reg->list; sb && !known; sb = sb->next)
-                        known = strcmp(sb->container_id, ids[i]) == 0 && sb->status != SB_DESTROYED;
-                if (!known) {
-                        sandbox_log(reg, true, NULL,
-                                    "container %s has no sandbox record: destroying it", ids[i]);
-                        if (reg->rt->ops->destroy(reg->rt, ids[i], &err) < 0) {
-                                sandbox_log(reg, true, NULL, "cannot destroy %s: %s", ids[i],
-                                            err->msg);
-                                cs_error_freep(&err);
-                        }
+                        known = strcmp(sb->container_id, id) == 0 && sb->status != SB_DESTROYED;
+                if (known)
+                        continue;
+                sandbox_log(reg, true, NULL, "container %s has no sandbox record: destroying it",
+                            id);
+                if (reg->rt->ops->destroy(reg->rt, id, &err) < 0) {
+                        sandbox_log(reg, true, NULL, "cannot destroy %s: %s", id, err->msg);
+                        cs_error_freep(&err);
                 }
-                free(ids[i]);
         }
-        free(ids);
+        rt_containers_free(cs, n);
 }
 
 static int load_records(sb_registry *reg, cs_error **err)

@@ -225,23 +225,6 @@ static int fake_list_details(runtime *rt, rt_container **ret, size_t *ret_n, cs_
         return 0;
 }
 
-static int fake_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err)
-{
-        rt_container *cs = NULL;
-        size_t n = 0;
-        char **ids;
-
-        if (fake_list_details(rt, &cs, &n, err) < 0)
-                return -1;
-        ids = cs_xcalloc(n + 1, sizeof(*ids));
-        for (size_t i = 0; i < n; i++)
-                ids[i] = TAKE_PTR(cs[i].id);
-        rt_containers_free(cs, n);
-        *ret_ids = ids;
-        *ret_n = n;
-        return 0;
-}
-
 /* fork-then-exec at once (the test runner has threads): only dup2, a signal reset, execve. */
 static int spawn(const rt_exec_spec *spec, pid_t *ret, cs_error **err)
 {
@@ -397,7 +380,6 @@ static const runtime_ops fake_ops = {
         .name = "fake",
         .create = fake_create,
         .state = fake_state,
-        .list = fake_list,
         .list_details = fake_list_details,
         .exec = fake_exec,
         .signal = fake_signal,

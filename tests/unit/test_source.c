@@ -307,22 +307,6 @@ static int fake_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid,
         return 0;
 }
 
-static int fake_list(runtime *rt, char ***ret_ids, size_t *ret_n, cs_error **err)
-{
-        fake_rt *f = fake_of(rt);
-        char **ids;
-
-        (void)err;
-        pthread_mutex_lock(&f->lock);
-        ids = cs_xcalloc(f->n + 1, sizeof(*ids));
-        for (size_t i = 0; i < f->n; i++)
-                ids[i] = cs_xstrdup(f->c[i].id);
-        *ret_ids = ids;
-        *ret_n = f->n;
-        pthread_mutex_unlock(&f->lock);
-        return 0;
-}
-
 static int fake_destroy(runtime *rt, const char *id, cs_error **err)
 {
         fake_rt *f = fake_of(rt);
@@ -344,7 +328,6 @@ static const runtime_ops fake_ops = {
         .name = "fake",
         .create = fake_create,
         .state = fake_state,
-        .list = fake_list,
         .list_details = fake_list_details,
         .destroy = fake_destroy,
 };
