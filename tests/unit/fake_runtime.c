@@ -24,6 +24,7 @@
 typedef struct fake_container {
         char id[FAKE_ID_MAX];
         rt_state state;
+        char bundle[256];            /* as list_details reports it; "" unless set */
         pid_t roots[FAKE_MAX_PROCS]; /* its execs' host processes */
         size_t n_roots;
         /* Every process ever listed as the container's: an orphan stays the container's
@@ -45,6 +46,7 @@ struct fake_runtime {
         int exec_fail_code;
         char exec_fail_msg[128];
         bool fail_queries;
+        size_t state_queries;
         void (*on_exec)(void *userdata, const rt_exec_spec *spec, pid_t pid);
         void *on_exec_userdata;
         pid_t last_exec;
@@ -195,6 +197,7 @@ static int fake_state(runtime *rt, const char *id, rt_state *ret, pid_t *ret_pid
                 pthread_mutex_unlock(&f->lock);
                 return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "fake: the runtime is down");
         }
+        f->state_queries++;
         c = find_locked(f, id);
         *ret = c ? c->state : RT_ABSENT;
         if (ret_pid)
@@ -217,7 +220,7 @@ static int fake_list_details(runtime *rt, rt_container **ret, size_t *ret_n, cs_
         for (size_t i = 0; i < f->n; i++) {
                 cs[i].id = cs_xstrdup(f->c[i].id);
                 cs[i].state = f->c[i].state;
-                cs[i].bundle = cs_xstrdup("");
+                cs[i].bundle = cs_xstrdup(f->c[i].bundle);
         }
         *ret = cs;
         *ret_n = f->n;
@@ -429,6 +432,27 @@ void fake_runtime_set(fake_runtime *f, const char *id, rt_state state)
                 snprintf(c->id, FAKE_ID_MAX, "%s", id);
         }
         pthread_mutex_unlock(&f->lock);
+}
+
+void fake_runtime_set_bundle(fake_runtime *f, const char *id, const char *bundle)
+{
+        fake_container *c;
+
+        pthread_mutex_lock(&f->lock);
+        c = find_locked(f, id);
+        if (c)
+                snprintf(c->bundle, sizeof(c->bundle), "%s", bundle);
+        pthread_mutex_unlock(&f->lock);
+}
+
+size_t fake_runtime_state_queries(fake_runtime *f)
+{
+        size_t n;
+
+        pthread_mutex_lock(&f->lock);
+        n = f->state_queries;
+        pthread_mutex_unlock(&f->lock);
+        return n;
 }
 
 void fake_runtime_add_process(fake_runtime *f, const char *id, pid_t pid)

@@ -34,6 +34,9 @@ runtime *fake_runtime_rt(fake_runtime *f);
 
 /* Adds or changes a container (RT_ABSENT removes it). */
 void fake_runtime_set(fake_runtime *f, const char *id, rt_state state);
+/* The bundle directory list_details reports for a container (kube mode reads config.json
+ * there). */
+void fake_runtime_set_bundle(fake_runtime *f, const char *id, const char *bundle);
 /* Makes host process pid one of the container's processes (as if an exec had started it). */
 void fake_runtime_add_process(fake_runtime *f, const char *id, pid_t pid);
 
@@ -51,5 +54,7 @@ pid_t fake_runtime_last_exec_pid(fake_runtime *f);
 size_t fake_runtime_execs(fake_runtime *f);
 /* How many signals sig were delivered to processes of the container (sig 0: any). */
 size_t fake_runtime_signals(fake_runtime *f, const char *id, int sig);
+/* How many state queries were made. */
+size_t fake_runtime_state_queries(fake_runtime *f);
 /* How many times destroy was called for the container. */
 size_t fake_runtime_destroys(fake_runtime *f, const char *id);

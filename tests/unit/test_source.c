@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fake_runtime.h"
 #include "source.h"
 #include "util.h"
 #include "uuid.h"
@@ -227,124 +228,9 @@ static void test_local_ref_checks(void **state)
         source_free(s);
 }
 
-/* --- a fake runtime: containers whose bundles the test writes ----------------------------- */
-
-#define FAKE_MAX 8
-
-typedef struct fake_rt {
-        runtime base;
-        pthread_mutex_t lock;
-        struct {
-                char id[32], bundle[256];
-                rt_state state;
-        } c[FAKE_MAX];
-        size_t n;
-        bool fail_list;
-        int state_calls;
-} fake_rt;
-
-static fake_rt *fake_of(runtime *rt)
-{
-        return (fake_rt *)rt;
-}
-
-static int fake_state(runtime *rt, const char *id, rt_state *ret, pid_t *ret_pid, cs_error **err)
-{
-        fake_rt *f = fake_of(rt);
-
-        (void)err;
-        pthread_mutex_lock(&f->lock);
-        *ret = RT_ABSENT;
-        for (size_t i = 0; i < f->n; i++) {
-                if (strcmp(f->c[i].id, id) == 0)
-                        *ret = f->c[i].state;
-        }
-        f->state_calls++;
-        pthread_mutex_unlock(&f->lock);
-        if (ret_pid)
-                *ret_pid = 0;
-        return 0;
-}
-
-static int fake_list_details(runtime *rt, rt_container **ret, size_t *ret_n, cs_error **err)
-{
-        fake_rt *f = fake_of(rt);
-        rt_container *out;
-
-        pthread_mutex_lock(&f->lock);
-        if (f->fail_list) {
-                pthread_mutex_unlock(&f->lock);
-                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "runsc list failed");
-        }
-        out = cs_xcalloc(f->n + 1, sizeof(*out));
-        for (size_t i = 0; i < f->n; i++) {
-                out[i].id = cs_xstrdup(f->c[i].id);
-                out[i].bundle = cs_xstrdup(f->c[i].bundle);
-                out[i].state = f->c[i].state;
-        }
-        *ret = out;
-        *ret_n = f->n;
-        pthread_mutex_unlock(&f->lock);
-        return 0;
-}
-
-/* Local mode: a created container is running at once. */
-static int fake_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid, cs_error **err)
-{
-        fake_rt *f = fake_of(rt);
-
-        pthread_mutex_lock(&f->lock);
-        if (f->n == FAKE_MAX) {
-                pthread_mutex_unlock(&f->lock);
-                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED, "fake runtime is full");
-        }
-        snprintf(f->c[f->n].id, sizeof(f->c[f->n].id), "%s", spec->container_id);
-        f->c[f->n].bundle[0] = '\0';
-        f->c[f->n].state = RT_RUNNING;
-        f->n++;
-        pthread_mutex_unlock(&f->lock);
-        *ret_pid = 0;
-        return 0;
-}
-
-static int fake_destroy(runtime *rt, const char *id, cs_error **err)
-{
-        fake_rt *f = fake_of(rt);
-
-        (void)err;
-        pthread_mutex_lock(&f->lock);
-        for (size_t i = 0; i < f->n; i++) {
-                if (strcmp(f->c[i].id, id) == 0) {
-                        f->c[i] = f->c[f->n - 1];
-                        f->n--;
-                        break;
-                }
-        }
-        pthread_mutex_unlock(&f->lock);
-        return 0;
-}
-
-static const runtime_ops fake_ops = {
-        .name = "fake",
-        .create = fake_create,
-        .state = fake_state,
-        .list_details = fake_list_details,
-        .destroy = fake_destroy,
-};
-
-static void fake_set_state(fake_rt *f, const char *id, rt_state st)
-{
-        pthread_mutex_lock(&f->lock);
-        for (size_t i = 0; i < f->n; i++) {
-                if (strcmp(f->c[i].id, id) == 0)
-                        f->c[i].state = st;
-        }
-        pthread_mutex_unlock(&f->lock);
-}
-
 typedef struct kube_fixture {
         char dir[64];
-        fake_rt rt;
+        fake_runtime *rt;
         cgroup_fs cg;
         sb_registry *reg;
         source *src;
@@ -354,15 +240,13 @@ typedef struct kube_fixture {
 static void add_pod(kube_fixture *f, const char *id, const char *ns, const char *name,
                     const char *uid, rt_state st)
 {
-        fake_rt *r = &f->rt;
+        _cleanup_free_ char *bundle = cs_xasprintf("%s/bundles/%s", f->dir, id);
         _cleanup_free_ char *cfg = NULL, *path = NULL;
         FILE *fp;
 
-        assert_true(r->n < FAKE_MAX);
-        snprintf(r->c[r->n].id, sizeof(r->c[r->n].id), "%s", id);
-        snprintf(r->c[r->n].bundle, sizeof(r->c[r->n].bundle), "%s/bundles/%s", f->dir, id);
-        r->c[r->n].state = st;
-        assert_int_equal(mkdir(r->c[r->n].bundle, 0700), 0);
+        fake_runtime_set(f->rt, id, st);
+        fake_runtime_set_bundle(f->rt, id, bundle);
+        assert_int_equal(mkdir(bundle, 0700), 0);
         cfg = cs_xasprintf(
                 "{\"ociVersion\":\"1.0.2\",\"mounts\":[{\"destination\":\"/workspace\","
                 "\"type\":\"bind\",\"source\":\"%s/volumes/%s\",\"options\":[\"rbind\",\"rw\"]}],"
@@ -376,12 +260,11 @@ static void add_pod(kube_fixture *f, const char *id, const char *ns, const char 
                 "\"linux\":{\"resources\":{\"cpu\":{\"quota\":50000,\"period\":100000},"
                 "\"memory\":{\"limit\":268435456}}}}",
                 f->dir, id, id, ns, name, uid, id);
-        path = cs_xasprintf("%s/config.json", r->c[r->n].bundle);
+        path = cs_xasprintf("%s/config.json", bundle);
         fp = fopen(path, "we");
         assert_non_null(fp);
         assert_int_equal(fputs(cfg, fp) >= 0, 1);
         assert_int_equal(fclose(fp), 0);
-        r->n++;
 }
 
 static int kube_setup(void **state)
@@ -398,17 +281,16 @@ static int kube_setup(void **state)
         sd = cs_xasprintf("%s/state", f->dir);
         assert_int_equal(mkdir(bundles, 0700), 0);
         assert_int_equal(mkdir(sd, 0700), 0);
-        f->rt.base.ops = &fake_ops;
-        pthread_mutex_init(&f->rt.lock, NULL);
+        f->rt = fake_runtime_new();
         f->cg = (cgroup_fs){ .root = f->dir, .version = CGROUP_V2 };
         sc.state_dir = sd;
         sc.images_dir = sd;
         sc.cgroup_parent = "/compute";
-        if (sb_registry_open(&sc, &f->rt.base, &f->cg, NULL, &f->reg, &err) < 0)
+        if (sb_registry_open(&sc, fake_runtime_rt(f->rt), &f->cg, NULL, &f->reg, &err) < 0)
                 fail_msg("registry: %s", err->msg);
-        kc.rt = &f->rt.base;
+        kc.rt = fake_runtime_rt(f->rt);
         kc.volume_root = f->dir;
-        f->src = source_kube_new(kube_finder_new(&kc), f->reg, &f->rt.base);
+        f->src = source_kube_new(kube_finder_new(&kc), f->reg, fake_runtime_rt(f->rt));
         /* Listed out of order on purpose: the source sorts by namespace, name, id. */
         add_pod(f, "c3", "ns-b", "pod-a", "u3", RT_RUNNING);
         add_pod(f, "c1", "ns-a", "pod-b", "u1", RT_RUNNING);
@@ -424,7 +306,7 @@ static int kube_teardown(void **state)
         kube_fixture *f = *state;
         source_free(f->src);
         sb_registry_free(f->reg);
-        pthread_mutex_destroy(&f->rt.lock);
+        fake_runtime_free(f->rt);
         assert_int_equal(cs_remove_tree(AT_FDCWD, f->dir), 0);
         free(f);
         return 0;
@@ -486,7 +368,7 @@ static void test_kube_ref_checks(void **state)
         assert_non_null(strstr(err->msg, "mount_path must be"));
         cs_error_freep(&err);
         /* None of that asked the runtime anything. */
-        assert_int_equal(f->rt.state_calls, 0);
+        assert_int_equal(fake_runtime_state_queries(f->rt), 0);
         free(long_name);
 }
 
@@ -608,7 +490,7 @@ static void *start_later(void *arg)
         kube_fixture *f = arg;
 
         usleep(300 * 1000);
-        fake_set_state(&f->rt, "c2", RT_RUNNING);
+        fake_runtime_set(f->rt, "c2", RT_RUNNING);
         return NULL;
 }
 
@@ -623,14 +505,14 @@ static void test_kube_acquire_waits(void **state)
         named nm;
         src_call c = call_of(&nm, -1);
 
-        fake_set_state(&f->rt, "c2", RT_CREATED);
+        fake_runtime_set(f->rt, "c2", RT_CREATED);
         assert_int_equal(pthread_create(&t, NULL, start_later, f), 0);
         if (s->ops->acquire(s, &c, &r, true, 10000, &sb, &err) < 0)
                 fail_msg("acquire: %s", err->msg);
         pthread_join(t, NULL);
         assert_string_equal(sb_container_id(sb), "c2");
         sb_release(f->reg, sb);
-        fake_set_state(&f->rt, "c2", RT_CREATED);
+        fake_runtime_set(f->rt, "c2", RT_CREATED);
 }
 
 static void test_kube_list_pages(void **state)
@@ -692,22 +574,22 @@ static void test_kube_counts(void **state)
         assert_int_equal(n.cpu_millis_allocated, 4 * 500);
         assert_int_equal(n.memory_bytes_allocated, 4 * 268435456ull);
         /* A runtime that cannot list: counts of 0, reported as partial, the call answers. */
-        f->rt.fail_list = true;
+        fake_runtime_fail_queries(f->rt, true);
         assert_int_equal(s->ops->counts(s, &n, &err), 0);
         assert_null(err);
         assert_non_null(n.partial);
-        assert_string_equal(n.partial->msg, "cannot list the pods: runsc list failed");
+        assert_string_equal(n.partial->msg, "cannot list the pods: fake: the runtime is down");
         cs_error_free(n.partial);
         assert_int_equal(n.live, 0);
         assert_int_equal(n.cpu_millis_allocated, 0);
-        f->rt.fail_list = false;
+        fake_runtime_fail_queries(f->rt, false);
 }
 
 /* --- the local source over a real registry ----------------------------------------------- */
 
 typedef struct local_fixture {
         char dir[64];
-        fake_rt rt;
+        fake_runtime *rt;
         cgroup_fs cg;
         sb_registry *reg;
         source *src;
@@ -727,13 +609,12 @@ static int local_setup(void **state)
         image = cs_xasprintf("%s/" SB_DEFAULT_IMAGE, images);
         assert_int_equal(mkdir(images, 0700), 0);
         assert_int_equal(mkdir(image, 0700), 0);
-        f->rt.base.ops = &fake_ops;
-        pthread_mutex_init(&f->rt.lock, NULL);
+        f->rt = fake_runtime_new();
         f->cg = (cgroup_fs){ .root = f->dir, .version = CGROUP_V2 };
         sc.state_dir = f->dir;
         sc.images_dir = images;
         sc.cgroup_parent = "/compute";
-        if (sb_registry_open(&sc, &f->rt.base, &f->cg, NULL, &f->reg, &err) < 0)
+        if (sb_registry_open(&sc, fake_runtime_rt(f->rt), &f->cg, NULL, &f->reg, &err) < 0)
                 fail_msg("registry: %s", err->msg);
         f->src = source_local_new(f->reg, 8);
         for (int i = 0; i < 3; i++) {
@@ -762,7 +643,7 @@ static int local_teardown(void **state)
 
         source_free(f->src);
         sb_registry_free(f->reg);
-        pthread_mutex_destroy(&f->rt.lock);
+        fake_runtime_free(f->rt);
         assert_int_equal(cs_remove_tree(AT_FDCWD, f->dir), 0);
         free(f);
         return 0;
