@@ -24,6 +24,7 @@
 
 #include "exec.h"
 #include "fake_runtime.h"
+#include "testfs.h"
 #include "sandbox.h"
 #include "util.h"
 
@@ -38,21 +39,6 @@ typedef struct fixture {
         sandbox *sb;
         char container_id[64];
 } fixture;
-
-static void put_file(const char *path, const char *text)
-{
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-
-        assert_true(fd >= 0);
-        assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-        close(fd);
-}
-
-static void make_dir(const char *path)
-{
-        if (mkdir(path, 0700) < 0 && errno != EEXIST)
-                fail_msg("mkdir %s: %s", path, strerror(errno));
-}
 
 static int setup(void **state)
 {
@@ -73,13 +59,13 @@ static int setup(void **state)
         cgc = cs_xasprintf("%s/cgroup.controllers", f->cg_dir);
         cgp = cs_xasprintf("%s/compute", f->cg_dir);
         cgs = cs_xasprintf("%s/compute/%s", f->cg_dir, SB_UUID);
-        make_dir(f->state_dir);
-        make_dir(f->images_dir);
-        make_dir(img);
-        make_dir(f->cg_dir);
-        put_file(cgc, "cpu io memory pids\n");
-        make_dir(cgp);
-        make_dir(cgs);
+        testfs_mkdir(f->state_dir);
+        testfs_mkdir(f->images_dir);
+        testfs_mkdir(img);
+        testfs_mkdir(f->cg_dir);
+        testfs_put(cgc, "cpu io memory pids\n");
+        testfs_mkdir(cgp);
+        testfs_mkdir(cgs);
         if (cgroup_fs_detect(f->cg_dir, &f->cg, &err) < 0)
                 fail_msg("cgroup_fs_detect: %s", err->msg);
         f->fake = fake_runtime_new();
@@ -751,7 +737,7 @@ static void test_oom_kill(void **state)
         sb_info info = { 0 };
         cs_error *err = NULL;
 
-        put_file(events, "oom_kill 0\n");
+        testfs_put(events, "oom_kill 0\n");
         collector_init(&c);
         fake_runtime_on_exec(f->fake, stop_container, f);
         run_exec(&x);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "fake_runtime.h"
+#include "testfs.h"
 #include "sandbox.h"
 #include "util.h"
 
@@ -46,21 +47,6 @@ static void log_hook(bool warn, const char *sandbox_id, const char *msg)
                 n_previous_run_logs++;
 }
 
-static void put_file(const char *path, const char *text)
-{
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-
-        assert_true(fd >= 0);
-        assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-        close(fd);
-}
-
-static void make_dir(const char *path)
-{
-        if (mkdir(path, 0700) < 0 && errno != EEXIST)
-                fail_msg("mkdir %s: %s", path, strerror(errno));
-}
-
 static char *sandbox_path(fixture *f, const char *id, const char *name)
 {
         return cs_xasprintf("%s/sandboxes/%s/%s", f->state_dir, id, name);
@@ -73,9 +59,9 @@ static void make_cgroup(fixture *f, const char *id, unsigned long long usage_use
         _cleanup_free_ char *stat = cs_xasprintf("%s/cpu.stat", dir);
         char text[64];
 
-        make_dir(dir);
+        testfs_mkdir(dir);
         snprintf(text, sizeof(text), "usage_usec %llu\n", usage_usec);
-        put_file(stat, text);
+        testfs_put(stat, text);
 }
 
 static void open_registry(fixture *f)
@@ -106,15 +92,15 @@ static int setup(void **state)
         f->cg_dir = cs_xasprintf("%s/cg", f->dir);
         cgc = cs_xasprintf("%s/cgroup.controllers", f->cg_dir);
         cgp = cs_xasprintf("%s/compute", f->cg_dir);
-        make_dir(f->state_dir);
-        make_dir(f->images_dir);
-        make_dir(f->cg_dir);
-        put_file(cgc, "cpu io memory pids\n");
-        make_dir(cgp);
+        testfs_mkdir(f->state_dir);
+        testfs_mkdir(f->images_dir);
+        testfs_mkdir(f->cg_dir);
+        testfs_put(cgc, "cpu io memory pids\n");
+        testfs_mkdir(cgp);
         for (int i = 0; i < 2; i++) {
                 _cleanup_free_ char *img =
                         cs_xasprintf("%s/%s", f->images_dir, i ? "other" : "test");
-                make_dir(img);
+                testfs_mkdir(img);
         }
         if (cgroup_fs_detect(f->cg_dir, &f->cg, &err) < 0)
                 fail_msg("cgroup_fs_detect: %s", err->msg);
@@ -184,7 +170,7 @@ static void write_pid(fixture *f, const char *id, const char *name, pid_t pid)
         char text[32];
 
         snprintf(text, sizeof(text), "%d\n", (int)pid);
-        put_file(path, text);
+        testfs_put(path, text);
 }
 
 static bool exists(fixture *f, const char *id, const char *name)
@@ -281,7 +267,7 @@ static void test_restart_reconciliation(void **state)
         fake_runtime_add_process(f->fake, "cs-" ID_RUNNING, leftover);
         write_pid(f, ID_RUNNING, RT_EXEC_PID_PREFIX "old" RT_EXEC_PID_SUFFIX, leftover);
         spec_file = sandbox_path(f, ID_RUNNING, RT_EXEC_PID_PREFIX "old.json");
-        put_file(spec_file, "{}");
+        testfs_put(spec_file, "{}");
         bystander = start_leftover();
         bystander_child = first_child(bystander);
         write_pid(f, ID_LOST, RT_EXEC_PID_PREFIX "old" RT_EXEC_PID_SUFFIX, bystander);
@@ -345,9 +331,9 @@ static void test_reopen_skips_bad_record(void **state)
         sb_registry_free(f->reg);
         f->reg = NULL;
         dir = cs_xasprintf("%s/sandboxes/%s", f->state_dir, ID_BAD);
-        make_dir(dir);
+        testfs_mkdir(dir);
         record = sandbox_path(f, ID_BAD, "sandbox.json");
-        put_file(record, "{\"id\": \"" ID_BAD "\", \"status\": 99}");
+        testfs_put(record, "{\"id\": \"" ID_BAD "\", \"status\": 99}");
 
         open_registry(f);
         describe(f, ID_RUNNING, &info);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "fake_runtime.h"
+#include "testfs.h"
 #include "source.h"
 #include "util.h"
 #include "uuid.h"
@@ -242,7 +243,6 @@ static void add_pod(kube_fixture *f, const char *id, const char *ns, const char 
 {
         _cleanup_free_ char *bundle = cs_xasprintf("%s/bundles/%s", f->dir, id);
         _cleanup_free_ char *cfg = NULL, *path = NULL;
-        FILE *fp;
 
         fake_runtime_set(f->rt, id, st);
         fake_runtime_set_bundle(f->rt, id, bundle);
@@ -261,10 +261,7 @@ static void add_pod(kube_fixture *f, const char *id, const char *ns, const char 
                 "\"memory\":{\"limit\":268435456}}}}",
                 f->dir, id, id, ns, name, uid, id);
         path = cs_xasprintf("%s/config.json", bundle);
-        fp = fopen(path, "we");
-        assert_non_null(fp);
-        assert_int_equal(fputs(cfg, fp) >= 0, 1);
-        assert_int_equal(fclose(fp), 0);
+        testfs_put(path, cfg);
 }
 
 static int kube_setup(void **state)
