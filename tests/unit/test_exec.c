@@ -256,7 +256,9 @@ static int count_fds(void)
                         continue;
                 snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
                 len = readlink(path, target, sizeof(target) - 1);
-                target[len > 0 ? len : 0] = '\0';
+                if (len <= 0)
+                        continue; /* closed since readdir: a registry thread's file */
+                target[len] = '\0';
                 if (target[0] != '/')
                         n++;
         }
