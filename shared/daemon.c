@@ -182,6 +182,10 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
         rpc_server_options opts = {
                 .listen = cfg->listen,
                 .max_calls = (unsigned)cfg->max_calls,
+                /* 0: half of the calls, so a greedy peer always leaves room for others. */
+                .max_calls_per_peer = cfg->max_calls_per_peer ? (unsigned)cfg->max_calls_per_peer
+                                      : cfg->max_calls > 1    ? (unsigned)cfg->max_calls / 2
+                                                              : 1,
                 .grace_ms = cfg->grace_ms,
         };
         tls_files t = server_tls_files(cfg);

@@ -7,6 +7,7 @@
 typedef struct cs_daemon_config {
         char *listen;
         int64_t max_calls;
+        int64_t max_calls_per_peer;
         int64_t grace_ms;
         char *log_level;
         char *log_format;
@@ -34,6 +35,15 @@ typedef struct cs_daemon_config {
                   "Calls served at once; more are refused with RESOURCE_EXHAUSTED.",               \
                   &(cfg).max_calls,                                                                \
                   1,                                                                               \
+                  65536 },                                                                         \
+                { "max-calls-per-peer",                                                            \
+                  "COMPUTE_MAX_CALLS_PER_PEER",                                                    \
+                  CS_OPT_INT,                                                                      \
+                  "0",                                                                             \
+                  "Calls one peer (a host; for loopback, a connection) may run at once; "          \
+                  "0: max-calls / 2.",                                                             \
+                  &(cfg).max_calls_per_peer,                                                       \
+                  0,                                                                               \
                   65536 },                                                                         \
                 { "shutdown-grace-ms",                                                             \
                   "COMPUTE_SHUTDOWN_GRACE_MS",                                                     \

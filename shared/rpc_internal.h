@@ -66,3 +66,12 @@ int rpc_stream_read_raw(rpc_stream *st, grpc_byte_buffer **ret, cs_error **err);
 
 /* The server call behind a handler's rpc_call, for parent propagation. */
 grpc_call *rpc_call_grpc(rpc_call *call);
+
+/* The key a call counts against in the per-peer share: an IP peer without its port; a
+ * loopback or unix peer with it (the connection), since all local clients look alike.
+ * Written into ret_key (len bytes, cut if longer). */
+void rpc_peer_key(const char *peer, char *ret_key, size_t len);
+
+/* The per-peer share in effect: per_peer, or max_calls (no share of its own) when 0; at most
+ * max_calls. */
+unsigned rpc_peer_share(unsigned max_calls, unsigned per_peer);

@@ -22,6 +22,7 @@
 #include <grpc/support/time.h>
 
 #include "rpc_internal.h"
+#include "share.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -46,6 +47,7 @@ struct rpc_server {
         char *listen;
         char *tls_cert, *tls_key, *tls_ca; /* PEM copies; all NULL: plaintext */
         unsigned max_calls;
+        cs_share *peer_share; /* calls in flight per peer (rpc_peer_key) */
         int64_t grace_ms;
         int max_message;
 
@@ -85,6 +87,8 @@ struct rpc_call {
         grpc_metadata_array md;
         grpc_byte_buffer *payload;
         char *peer;
+        char peer_key[CS_SHARE_KEY_MAX + 1];
+        bool share_held; /* holds one unit of srv->peer_share until the handler ends */
         char request_id[RPC_REQUEST_ID_MAX + 1];
         char *sandbox_id;
         arena_block *arena;
@@ -244,6 +248,36 @@ void rpc_call_log(rpc_call *c, cs_log_level level, const char *fmt, ...)
         va_start(ap, fmt);
         cs_logv(level, c->request_id, c->sandbox_id, fmt, ap);
         va_end(ap);
+}
+
+/* Who a call counts against for the per-peer share. An IP peer is its address without the
+ * port (all connections of one host share), except loopback and unix peers: every local
+ * client has the same address, so there the connection (address with port) is the peer,
+ * and the frontend's per-tenant share is what separates local clients. */
+void rpc_peer_key(const char *peer, char *ret_key, size_t len)
+{
+        const char *end = NULL;
+        bool local = strncmp(peer, "unix:", 5) == 0 || strncmp(peer, "ipv4:127.", 9) == 0 ||
+                     strncmp(peer, "ipv6:[::1]", 10) == 0 ||
+                     strncmp(peer, "ipv6:[::ffff:127.", 17) == 0;
+
+        if (!local && (strncmp(peer, "ipv4:", 5) == 0 || strncmp(peer, "ipv6:", 5) == 0))
+                end = strrchr(peer, ':');
+        snprintf(ret_key, len, "%.*s", end ? (int)(end - peer) : (int)strlen(peer), peer);
+}
+
+unsigned rpc_peer_share(unsigned max_calls, unsigned per_peer)
+{
+        if (per_peer == 0)
+                return max_calls;
+        return per_peer < max_calls ? per_peer : max_calls;
+}
+
+static void call_give_share(rpc_call *c)
+{
+        if (c->share_held)
+                cs_share_give(c->srv->peer_share, c->peer_key);
+        c->share_held = false;
 }
 
 /* --- call lifetime --------------------------------------------------------------------- */
@@ -537,6 +571,7 @@ static void *handler_main(void *arg)
                 rpc_call_log(c, CS_LOG_DEBUG, "%s from %s: OK (%" PRId64 " ms)", c->method->path,
                              rpc_call_peer(c), cs_now_monotonic_ms() - start);
 
+        call_give_share(c);
         pthread_mutex_lock(&srv->lock);
         srv->active--;
         pthread_cond_broadcast(&srv->cond);
@@ -576,6 +611,7 @@ static rpc_call *call_new(srv_method *sm)
         grpc_metadata_array_init(&sm->md);
         c->payload = TAKE_PTR(sm->payload);
         c->peer = grpc_call_get_peer(c->call);
+        rpc_peer_key(c->peer ? c->peer : "unknown", c->peer_key, sizeof(c->peer_key));
         c->status_details = grpc_empty_slice();
         rpc_bytes_init(&c->req_bytes);
         c->refs = 2; /* the close op, and the handler (or the refusal batch) */
@@ -647,6 +683,7 @@ static void on_accept(void *owner, bool ok)
         pthread_attr_t attr;
         bool refuse;
         const char *why = NULL;
+        _cleanup_free_ char *share_msg = NULL;
 
         if (!ok)
                 return; /* the server is shutting down: no call, no new request */
@@ -669,6 +706,17 @@ static void on_accept(void *owner, bool ok)
         else
                 srv->active++;
         pthread_mutex_unlock(&srv->lock);
+        /* The per-peer share first refuses a greedy peer; the global cap stays the last line. */
+        if (!refuse && !(c->share_held = cs_share_take(srv->peer_share, c->peer_key))) {
+                pthread_mutex_lock(&srv->lock);
+                srv->active--;
+                pthread_mutex_unlock(&srv->lock);
+                share_msg = cs_xasprintf("peer share: %u calls in flight from %s already "
+                                         "(--max-calls-per-peer)",
+                                         cs_share_limit(srv->peer_share), c->peer_key);
+                call_refuse(c, GRPC_STATUS_RESOURCE_EXHAUSTED, share_msg);
+                return;
+        }
         if (refuse) {
                 call_refuse(c,
                             srv->shutting_down ? GRPC_STATUS_UNAVAILABLE
@@ -680,6 +728,7 @@ static void on_accept(void *owner, bool ok)
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         if (pthread_create(&thread, &attr, handler_main, c) != 0) {
+                call_give_share(c);
                 pthread_mutex_lock(&srv->lock);
                 srv->active--;
                 pthread_mutex_unlock(&srv->lock);
@@ -746,6 +795,8 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
         srv->tls_key = opts->tls_key_pem ? cs_xstrdup(opts->tls_key_pem) : NULL;
         srv->tls_ca = opts->tls_ca_pem ? cs_xstrdup(opts->tls_ca_pem) : NULL;
         srv->max_calls = opts->max_calls ? opts->max_calls : RPC_DEFAULT_MAX_CALLS;
+        srv->peer_share = cs_share_new(rpc_peer_share(srv->max_calls, opts->max_calls_per_peer),
+                                       RPC_MAX_PEERS);
         srv->grace_ms = opts->grace_ms >= 0 ? opts->grace_ms : RPC_DEFAULT_GRACE_MS;
         srv->max_message = (int)(opts->max_message ? opts->max_message : RPC_MAX_MESSAGE_BYTES);
         pthread_mutex_init(&srv->lock, NULL);
@@ -965,5 +1016,6 @@ void rpc_server_free(rpc_server *srv)
                 explicit_bzero(srv->tls_key, strlen(srv->tls_key));
         free(srv->tls_key);
         free(srv->tls_ca);
+        cs_share_free(srv->peer_share);
         free(srv);
 }
