@@ -9,6 +9,7 @@
  * finds a pod's container under the kubelet's runsc root from the CRI annotations of its
  * bundle and serves exec, file I/O and usage for it the same way. It keeps no records: a
  * restarted agent finds everything again from the runsc root. */
+#include <inttypes.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, 
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
 static char *pod_namespaces, *volume_root;
 static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
+static int64_t cpu_overcommit_pct, memory_overcommit_pct;
 
 #define KUBE_RUNSC_ROOT "/run/containerd/runsc/k8s.io"
 
@@ -98,6 +100,15 @@ static const cs_option options[] = {
         { "max-sandboxes", "COMPUTE_MAX_SANDBOXES", CS_OPT_INT, "64",
           "Live sandboxes this agent runs at once; more get RESOURCE_EXHAUSTED.", &max_sandboxes, 1,
           4096 },
+        { "cpu-overcommit-percent", "COMPUTE_CPU_OVERCOMMIT_PERCENT", CS_OPT_INT, "800",
+          "Local mode: CPU limits of live sandboxes may add up to this percent of the node's "
+          "CPUs (sched_getaffinity, capped by /sys/fs/cgroup/cpu.max); a create beyond gets "
+          "RESOURCE_EXHAUSTED. 0: no admission control.",
+          &cpu_overcommit_pct, 0, 10000 },
+        { "memory-overcommit-percent", "COMPUTE_MEMORY_OVERCOMMIT_PERCENT", CS_OPT_INT, "100",
+          "Local mode: memory limits of live sandboxes may add up to this percent of the node's "
+          "MemTotal; a create beyond gets RESOURCE_EXHAUSTED. 0: no admission control.",
+          &memory_overcommit_pct, 0, 10000 },
         { "max-processes", "COMPUTE_MAX_PROCESSES", CS_OPT_INT, "1024",
           "Processes per user in a sandbox (RLIMIT_NPROC, enforced by gVisor): a fork past it "
           "fails with EAGAIN and the sandbox goes on. Local mode also caps the sandbox's host "
@@ -211,6 +222,17 @@ static int agent_open(agent *a, cs_error **err)
                          .max_sandboxes = (uint32_t)max_sandboxes,
                          .kube = kube };
 
+        if (!kube && cpu_overcommit_pct && memory_overcommit_pct) {
+                if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &sc.capacity, err) <
+                    0)
+                        return -1;
+                sc.capacity.cpu_overcommit = (double)cpu_overcommit_pct / 100;
+                sc.capacity.memory_overcommit = (double)memory_overcommit_pct / 100;
+                log_info("admission: %" PRIu64 " MiB, %" PRIu32 "m CPU; overcommit %.2f (memory), "
+                         "%.2f (cpu)",
+                         sc.capacity.memory_bytes >> 20, sc.capacity.cpu_millis,
+                         sc.capacity.memory_overcommit, sc.capacity.cpu_overcommit);
+        }
         if (cgroup_fs_detect(cgroup_root, &a->cg, err) < 0)
                 return -1;
         a->rt = runtime_runsc_new(&rc, err);

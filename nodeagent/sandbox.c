@@ -327,6 +327,22 @@ static uint32_t live_count_locked(sb_registry *reg)
         return n;
 }
 
+/* Under the lock: admission control against the limits the live sandboxes hold (summed
+ * from the registry, so a destroy gives them back and a restart finds them again). */
+static int admit_locked(sb_registry *reg, const sb_spec *spec, cs_error **err)
+{
+        na_committed used = { 0 };
+
+        if (reg->cfg.capacity.memory_bytes == 0)
+                return 0;
+        for (sandbox *sb = reg->list; sb; sb = sb->next)
+                if (sb->status != SB_DESTROYED) {
+                        used.cpu_millis += sb->cpu_millis;
+                        used.memory_bytes += sb->memory_bytes;
+                }
+        return na_admit(&reg->cfg.capacity, &used, spec->cpu_millis, spec->memory_bytes, err);
+}
+
 /* Under the lock: the sandbox a create must return instead of making one, if any. */
 static sandbox *existing_locked(sb_registry *reg, const sb_spec *spec, cs_error **err)
 {
@@ -411,6 +427,10 @@ int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_creat
                 pthread_mutex_unlock(&reg->lock);
                 return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                     "this node already runs %u sandboxes", reg->cfg.max_sandboxes);
+        }
+        if (admit_locked(reg, &spec, err) < 0) {
+                pthread_mutex_unlock(&reg->lock);
+                return -1;
         }
         sb = sandbox_new_locked(reg, &spec);
         info_fill_locked(sb, ret);

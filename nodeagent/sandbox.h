@@ -13,6 +13,7 @@
  * the locking rule are in sandbox_internal.h. */
 #pragma once
 
+#include "admission.h"
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -66,6 +67,7 @@ typedef struct sb_config {
         int64_t sample_interval_ms; /* memory sampling and housekeeping period */
         int64_t start_timeout_ms;   /* how long a sandbox may take to reach READY */
         uint32_t max_sandboxes;     /* live (not destroyed) sandboxes at once */
+        na_capacity capacity;       /* admission control (admission.h); memory_bytes 0: off */
         bool kube; /* kube mode: no records, no creation; sandboxes come from sb_attach and
                       the registry never stops or removes a container */
 } sb_config;
