@@ -100,12 +100,12 @@ static const cs_option options[] = {
         { "max-sandboxes", "COMPUTE_MAX_SANDBOXES", CS_OPT_INT, "64",
           "Live sandboxes this agent runs at once; more get RESOURCE_EXHAUSTED.", &max_sandboxes, 1,
           4096 },
-        { "cpu-overcommit-percent", "COMPUTE_CPU_OVERCOMMIT_PERCENT", CS_OPT_INT, "800",
+        { "cpu-overcommit-percent", "COMPUTE_CPU_OVERCOMMIT_PERCENT", CS_OPT_INT, "3200",
           "Local mode: CPU limits of live sandboxes may add up to this percent of the node's "
           "CPUs (sched_getaffinity, capped by /sys/fs/cgroup/cpu.max); a create beyond gets "
           "RESOURCE_EXHAUSTED. 0: no admission control.",
           &cpu_overcommit_pct, 0, 10000 },
-        { "memory-overcommit-percent", "COMPUTE_MEMORY_OVERCOMMIT_PERCENT", CS_OPT_INT, "100",
+        { "memory-overcommit-percent", "COMPUTE_MEMORY_OVERCOMMIT_PERCENT", CS_OPT_INT, "300",
           "Local mode: memory limits of live sandboxes may add up to this percent of the node's "
           "MemTotal; a create beyond gets RESOURCE_EXHAUSTED. 0: no admission control.",
           &memory_overcommit_pct, 0, 10000 },

@@ -41,7 +41,7 @@ class AdmissionTest(unittest.TestCase):
             print(self.refused(agent, "on this node", memory_bytes=64 * GIB))
             print(self.refused(agent, "on this node", cpu_millis=64000))
             cpus = node_cpu_millis()
-            # (--cpu-overcommit-percent 100 here: the default, 800, lets CPU caps add up to 8x)
+            # (--cpu-overcommit-percent 100 here: the default, 3200, lets CPU caps add up to 32x)
             self.create(agent, cpu_millis=cpus - 100)  # commits nearly all the CPU
             print(self.refused(agent, "cpu committed", cpu_millis=500))
             self.create(agent, cpu_millis=100)  # what is left still fits
