@@ -325,6 +325,10 @@ int main(int argc, char **argv)
         lock_fd = state_dir_claim(state_dir, &err);
         if (lock_fd >= 0) {
                 log_info("%s: state in %s", program.name, state_dir);
+                /* The agent's one client is the frontend (one connection per frontend):
+                 * a per-peer share would halve the node's calls, so 0 means none here. */
+                if (cfg.max_calls_per_peer == 0)
+                        cfg.max_calls_per_peer = cfg.max_calls;
                 if (agent_open(&a, &err) == 0)
                         srv = cs_daemon_server_new(&cfg, services, &err);
         }

@@ -41,7 +41,7 @@ typedef struct cs_daemon_config {
                   CS_OPT_INT,                                                                      \
                   "0",                                                                             \
                   "Calls one peer (a host; for loopback, a connection) may run at once; "          \
-                  "0: max-calls / 2.",                                                             \
+                  "0: max-calls / 2 (frontend), max-calls (agent).",                               \
                   &(cfg).max_calls_per_peer,                                                       \
                   0,                                                                               \
                   65536 },                                                                         \
