@@ -35,7 +35,8 @@ static const cs_option options[] = {
           "on error).",
           &mode, 0, 0 },
         { "agents", "COMPUTE_AGENTS", CS_OPT_STRING, "127.0.0.1:50052",
-          "Local scheduler: node agents to schedule sandboxes on: host:port, comma-separated.",
+          "Local scheduler: node agents to schedule sandboxes on: host:port or unix:/path, "
+          "comma-separated.",
           &agents, 0, 0 },
         { "sandbox-image", "SANDBOX_IMAGE", CS_OPT_STRING, "",
           "Image for sandboxes whose CreateSandbox names none (local: an image of the node "

@@ -2,7 +2,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "health.h"
 #include "signals.h"
@@ -176,6 +179,54 @@ int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err)
 
 /* --- the server ------------------------------------------------------------------------ */
 
+/* The path of this process's Unix listening socket ("" when it serves TCP): one server per
+ * process. */
+static char unix_socket[PATH_MAX];
+
+/* A "unix:PATH" listen address (the internal link of the embedded default): PATH's directory
+ * is made 0700 if missing and must be owned by us and closed to group and others (else
+ * PERMISSION_DENIED); a stale socket left there by a crashed predecessor is removed, so it
+ * does not stop a restart (the agent holds its state directory's lock: no live agent owns
+ * it). Anything else at PATH is refused. */
+static int unix_listen_prepare(const char *listen, cs_error **err)
+{
+        const char *path = listen + strlen("unix:");
+        _cleanup_free_ char *dir = NULL;
+        char *slash;
+        struct stat st;
+
+        if (path[0] != '/' || strlen(path) >= sizeof(unix_socket) || strlen(path) > 107)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--listen %s: a Unix socket needs an absolute path of at "
+                                    "most 107 bytes",
+                                    listen);
+        dir = cs_xstrdup(path);
+        slash = strrchr(dir, '/');
+        slash[slash == dir ? 1 : 0] = '\0';
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return cs_error_errno(err, errno, "cannot create %s", dir);
+        if (lstat(dir, &st) < 0)
+                return cs_error_errno(err, errno, "%s", dir);
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+                return cs_error_set(err, GRPC_STATUS_PERMISSION_DENIED,
+                                    "%s: the directory of a Unix listening socket must be ours "
+                                    "and mode 0700 (it is %o, uid %u)",
+                                    dir, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        if (lstat(path, &st) == 0) {
+                if (!S_ISSOCK(st.st_mode))
+                        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                            "%s exists and is not a socket", path);
+                if (unlink(path) < 0)
+                        return cs_error_errno(err, errno, "cannot remove the stale socket %s",
+                                              path);
+                log_info("removed a stale socket %s (left by a previous run)", path);
+        } else if (errno != ENOENT) {
+                return cs_error_errno(err, errno, "%s", path);
+        }
+        snprintf(unix_socket, sizeof(unix_socket), "%s", path);
+        return 0;
+}
+
 rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const *services,
                                  cs_error **err)
 {
@@ -184,10 +235,15 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
                 .max_calls = (unsigned)cfg->max_calls,
                 .grace_ms = cfg->grace_ms,
         };
-        tls_files t = server_tls_files(cfg);
-        int tls = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
+        tls_files t;
+        int tls;
         rpc_server *srv;
 
+        unix_socket[0] = '\0';
+        if (strncmp(cfg->listen, "unix:", 5) == 0 && unix_listen_prepare(cfg->listen, err) < 0)
+                return NULL;
+        t = server_tls_files(cfg);
+        tls = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
         if (tls < 0)
                 return NULL;
         opts.tls_ca_pem = t.pem[TLS_CA];
@@ -209,17 +265,31 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
 
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
-        int sig;
+        int sig, r;
+        mode_t mask;
 
-        if (rpc_server_start(srv, err) < 0) {
+        /* A Unix socket is created 0700 (the umask) and made 0600 at once: only our user
+         * can connect from the moment it listens. */
+        mask = umask(077);
+        r = rpc_server_start(srv, err);
+        umask(mask);
+        if (r == 0 && unix_socket[0] && chmod(unix_socket, 0600) < 0)
+                r = cs_error_errno(err, errno, "cannot chmod %s", unix_socket);
+        if (r < 0) {
                 rpc_server_free(srv);
                 return -1;
         }
-        log_info("%s serving on port %d%s", name, rpc_server_port(srv),
-                 rpc_server_tls(srv) ? " (mutual TLS)" : "");
+        if (unix_socket[0])
+                log_info("%s serving on unix:%s (mode 0600)%s", name, unix_socket,
+                         rpc_server_tls(srv) ? " (mutual TLS)" : "");
+        else
+                log_info("%s serving on port %d%s", name, rpc_server_port(srv),
+                         rpc_server_tls(srv) ? " (mutual TLS)" : "");
         sig = cs_signals_wait();
         log_info("%s: %s received, shutting down", name, strsignal(sig));
         rpc_server_free(srv);
+        if (unix_socket[0])
+                unlink(unix_socket);
         log_info("%s stopped", name);
         return 0;
 }

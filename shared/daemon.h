@@ -23,7 +23,7 @@ typedef struct cs_daemon_config {
           listen_env,                                                                              \
           CS_OPT_STRING,                                                                           \
           listen_default,                                                                          \
-          "Address to serve gRPC on (host:port; port 0 picks a free one).",                        \
+          "Address to serve gRPC on: host:port (port 0 picks a free one) or unix:/abs/path.",      \
           &(cfg).listen,                                                                           \
           0,                                                                                       \
           0 },                                                                                     \

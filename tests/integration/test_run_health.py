@@ -1,10 +1,13 @@
 """./scripts/run serves grpc.health.v1.Health/Check = SERVING on both addresses and stops both
-programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group).
+programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group). By default
+the agent listens on a Unix socket in the state directory (0600, in a 0700 directory), not on
+TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -35,6 +38,7 @@ class RunScriptTest(unittest.TestCase):
         self.health = Health(BUILD_DIR)
         self.state = tempfile.TemporaryDirectory()
         self.fport, self.aport = free_port(), free_port()
+        self.sock = os.path.join(self.state.name, "state", "run", "agent.sock")
         env = dict(os.environ,
                    COMPUTE_LISTEN=f"127.0.0.1:{self.fport}",
                    COMPUTE_AGENT_LISTEN=f"127.0.0.1:{self.aport}",
@@ -43,6 +47,10 @@ class RunScriptTest(unittest.TestCase):
                    COMPUTE_IMAGES_DIR=os.environ.get("COMPUTE_TEST_IMAGES_DIR",
                                                      "/var/lib/compute/images"),
                    COMPUTE_BUILD_DIR=BUILD_DIR)
+        for name in ("COMPUTE_AGENTS",):
+            env.pop(name, None)
+        if self._testMethodName.endswith("_default_link"):
+            del env["COMPUTE_AGENT_LISTEN"]  # the default: the Unix socket
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([os.path.join(SOURCE_DIR, "scripts", "run")], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT,
@@ -91,6 +99,19 @@ class RunScriptTest(unittest.TestCase):
         self.assertIn("compute-nodeagent stopped", out)
         self.assertFalse(port_open(self.fport), "frontend still listening")
         self.assertFalse(port_open(self.aport), "node agent still listening")
+
+    def test_sigterm_default_link(self):
+        front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
+        self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
+        self.assertEqual(stat.S_IMODE(os.lstat(self.sock).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(self.sock)).st_mode), 0o700)
+        self.assertFalse(port_open(self.aport), "the agent listens on TCP too")
+        self.assertEqual(self.wait_serving(front, "compute.v1.ComputeService"), "SERVING")
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
+        self.assertIn(f"serving on {agent} (mode 0600)", self.output())
+        self.assertFalse(os.path.exists(self.sock), "socket left behind")
+        self.assertFalse(port_open(self.fport), "frontend still listening")
 
     def test_sigterm(self):
         self.check_serving_then_stop(lambda: self.proc.send_signal(signal.SIGTERM))
