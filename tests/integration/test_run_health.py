@@ -1,7 +1,8 @@
 """./scripts/run serves grpc.health.v1.Health/Check = SERVING on both addresses and stops both
 programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group). By default
 the agent listens on a Unix socket in the state directory (0600, in a 0700 directory), not on
-TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP.
+TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP. A daemon killed with SIGKILL is restarted
+(logged with its exit status and the delay) and serves again; SIGTERM then leaves nothing.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
 import os
@@ -112,6 +113,55 @@ class RunScriptTest(unittest.TestCase):
         self.assertIn(f"serving on {agent} (mode 0600)", self.output())
         self.assertFalse(os.path.exists(self.sock), "socket left behind")
         self.assertFalse(port_open(self.fport), "frontend still listening")
+
+    def session(self):
+        """{pid: command name} of every process of scripts/run's session."""
+        found = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            comm, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
+            if int(rest[3]) == self.proc.pid and rest[0] != "Z":
+                found[int(d)] = comm
+        return found
+
+    def daemon_pid(self, comm):
+        pids = [p for p, c in self.session().items() if c == comm]
+        self.assertEqual(len(pids), 1, f"{comm}: {pids}\n{self.output()}")
+        return pids[0]
+
+    def test_supervises_kill_9_default_link(self):
+        front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
+        self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
+        self.assertEqual(self.wait_serving(front, "compute.v1.ComputeService"), "SERVING")
+        for comm, address, service in (("compute-nodeage", agent, "nodeagent.v1.NodeAgent"),
+                                        ("compute-fronten", front, "compute.v1.ComputeService")):
+            old = self.daemon_pid(comm)
+            os.kill(old, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while True:  # restarted after 1 s, a new process, serving again
+                pids = [p for p, c in self.session().items() if c == comm]
+                if pids and old not in pids:
+                    try:
+                        if self.health.check(address, service) == "SERVING":
+                            break
+                    except grpc.RpcError:
+                        pass
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.fail(f"{comm} not back:\n{self.output()}")
+                time.sleep(0.1)
+            name = "compute-nodeagent" if comm == "compute-nodeage" else "compute-frontend"
+            self.assertIn(f"{name} exited (status 137); restarting it in 1 s", self.output())
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
+        self.assertEqual(self.session(), {}, "processes left behind")
+        self.assertFalse(os.path.exists(self.sock))
+        self.assertFalse(port_open(self.fport))
 
     def test_sigterm(self):
         self.check_serving_then_stop(lambda: self.proc.send_signal(signal.SIGTERM))
