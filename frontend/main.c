@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "health.h"
 #include "scheduler.h"
 #include "service.h"
 #include "signals.h"
@@ -144,6 +145,12 @@ static int run_gc(cs_error **err)
         return r;
 }
 
+/* Health's probe: NOT_SERVING while the scheduler cannot serve (no node agent reachable). */
+static bool health_probe(void *arg)
+{
+        return scheduler_serving(arg);
+}
+
 static scheduler *scheduler_new(cs_error **err)
 {
         if (strcmp(scheduler_name, "kube") == 0) {
@@ -201,6 +208,7 @@ int main(int argc, char **argv)
                 }
         }
         if (srv) {
+                cs_health_set_probe(health_probe, sched);
                 if (strcmp(scheduler_name, "kube") == 0)
                         log_info("%s: scheduling gVisor pods in namespace %s", program.name,
                                  sandbox_ns);

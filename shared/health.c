@@ -8,6 +8,8 @@
 typedef struct health_ctx {
         rpc_server *srv;
         const char *const *services;
+        bool (*probe)(void *arg);
+        void *probe_arg;
 } health_ctx;
 
 static health_ctx health;
@@ -35,7 +37,7 @@ static int health_check(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
                 return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "unknown service '%s'",
                                     req->service);
         resp->status =
-                rpc_server_shutting_down(ctx->srv)
+                rpc_server_shutting_down(ctx->srv) || (ctx->probe && !ctx->probe(ctx->probe_arg))
                         ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
                         : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
         return 0;
@@ -54,4 +56,10 @@ int cs_health_register(rpc_server *srv, const char *const *services, cs_error **
         health.srv = srv;
         health.services = services;
         return rpc_server_add_method(srv, &health_check_method, err);
+}
+
+void cs_health_set_probe(bool (*probe)(void *arg), void *arg)
+{
+        health.probe_arg = arg;
+        health.probe = probe;
 }

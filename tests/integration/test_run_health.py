@@ -70,13 +70,16 @@ class RunScriptTest(unittest.TestCase):
 
     def wait_serving(self, address, service):
         deadline = time.monotonic() + 180  # the script may have to build first
-        while True:
+        while True:  # the frontend is NOT_SERVING until its agent answered
             try:
-                return self.health.check(address, service)
+                status = self.health.check(address, service)
+                if status == "SERVING":
+                    return status
             except grpc.RpcError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.fail(f"{address} never served health:\n{self.output()}")
-                time.sleep(0.2)
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.fail(f"{address} never served health:\n{self.output()}")
+            time.sleep(0.2)
 
     def check_serving_then_stop(self, send_signal):
         front, agent = f"127.0.0.1:{self.fport}", f"127.0.0.1:{self.aport}"
