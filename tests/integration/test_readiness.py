@@ -1,7 +1,8 @@
 """The frontend's readiness (local scheduler): health is NOT_SERVING until a node agent has
 answered and again while none is reachable; a call arriving before the agents have answered
 waits for them (within its deadline) instead of failing UNAVAILABLE; once health says
-SERVING, every call reaches the agent.
+SERVING, every call reaches the agent. Health/Watch streams each change and ends on cancel
+with nothing left behind.
 
 Usage: test_readiness.py BUILD_DIR"""
 import os
@@ -154,6 +155,70 @@ class ReadinessTest(unittest.TestCase):
             time.sleep(0.02)
         codes = [self.describe(5) for _ in range(18)]
         self.assertEqual(codes, ["NOT_FOUND"] * 18, self.log("frontend.log"))
+
+    def watch(self, address, service=""):
+        ch = grpc.insecure_channel(address)
+        pb = self.health.pb
+        call = ch.unary_stream(
+            "/grpc.health.v1.Health/Watch",
+            request_serializer=pb.HealthCheckRequest.SerializeToString,
+            response_deserializer=pb.HealthCheckResponse.FromString)(
+                pb.HealthCheckRequest(service=service), timeout=60)
+        names = (pb.HealthCheckResponse.ServingStatus.Name(r.status) for r in call)
+        return ch, call, names
+
+    def test_watch_streams_each_change_and_ends_on_cancel(self):
+        fe = self.start_frontend()
+        self.wait_status("NOT_SERVING")
+        ch, call, names = self.watch(self.front)
+        self.assertEqual(next(names), "NOT_SERVING")
+        agent = self.start_agent()
+        self.assertEqual(next(names), "SERVING")
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        self.assertEqual(next(names), "NOT_SERVING")
+        self.start_agent()
+        self.assertEqual(next(names), "SERVING")
+        call.cancel()
+        ch.close()
+        with self.assertRaises(grpc.RpcError):
+            next(names)
+        # Unknown service: SERVICE_UNKNOWN, not an error.
+        ch, call, names = self.watch(self.front, "no.such.Service")
+        self.assertEqual(next(names), "SERVICE_UNKNOWN")
+        call.cancel()
+        ch.close()
+
+        # Cancelled watches leave nothing behind: threads and fds back where they were.
+        def counts():
+            with open(f"/proc/{fe.pid}/status") as f:
+                threads = int([ln for ln in f if ln.startswith("Threads:")][0].split()[1])
+            return threads, len(os.listdir(f"/proc/{fe.pid}/fd"))
+
+        time.sleep(0.5)
+        before = counts()
+        for _ in range(3):
+            opened = [self.watch(self.front) for _ in range(20)]
+            for ch, call, names in opened:
+                self.assertEqual(next(names), "SERVING")
+            for ch, call, names in opened:
+                call.cancel()
+                ch.close()
+        deadline = time.monotonic() + 10
+        while counts() > before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        after = counts()
+        self.assertLessEqual(after[0], before[0], (before, after))
+        self.assertLessEqual(after[1], before[1], (before, after))
+        # Still answering, and it stops promptly with no watcher holding it.
+        self.assertEqual(self.status(), "SERVING")
+        ch, call, names = self.watch(self.front)
+        self.assertEqual(next(names), "SERVING")
+        t0 = time.monotonic()
+        fe.terminate()
+        self.assertEqual(fe.wait(timeout=20), 0, self.log("frontend.log"))
+        self.assertLess(time.monotonic() - t0, 2.5, "a watcher held the shutdown")
+        ch.close()
 
 
 if __name__ == "__main__":
