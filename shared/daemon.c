@@ -2,8 +2,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -263,6 +266,67 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
         return srv;
 }
 
+/* The user cs_daemon_serve() switches to once it listens ("": stay), and its ids. */
+static const char *serve_user = "";
+static uid_t serve_uid;
+static gid_t serve_gid;
+
+int cs_daemon_set_user(const char *user, cs_error **err)
+{
+        struct passwd pw, *found = NULL;
+        char buf[4096];
+        int rc;
+
+        serve_user = "";
+        if (!user || !user[0])
+                return 0;
+        rc = getpwnam_r(user, &pw, buf, sizeof(buf), &found);
+        if (rc != 0 || !found)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "--user %s: no such user",
+                                    user);
+        if (pw.pw_uid == 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--user %s: not an unprivileged user", user);
+        if (geteuid() != 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "--user %s: only root can change user", user);
+        /* Now, while this is the only thread: the bounding set and no_new_privs are per
+         * thread and inherited, so every thread made later has them too. Neither takes away
+         * what this process may do now (bind, read its TLS files). */
+        for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++) {
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+                        return cs_error_errno(err, errno, "cannot drop capability %d", cap);
+        }
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return cs_error_errno(err, errno, "cannot clear the ambient capabilities");
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return cs_error_errno(err, errno, "cannot set no_new_privs");
+        serve_user = user;
+        serve_uid = pw.pw_uid;
+        serve_gid = pw.pw_gid;
+        return 0;
+}
+
+/* Root to the --user for good: no supplementary groups, its uid and gid (real, effective,
+ * saved). glibc applies setgroups/setresgid/setresuid to every thread (gRPC's too), and the
+ * uid change clears every thread's permitted and effective capabilities. */
+static int drop_privileges(cs_error **err)
+{
+        uid_t r, e, sv;
+
+        if (setgroups(0, NULL) < 0 || setresgid(serve_gid, serve_gid, serve_gid) < 0 ||
+            setresuid(serve_uid, serve_uid, serve_uid) < 0)
+                return cs_error_errno(err, errno, "--user %s: cannot change user", serve_user);
+        /* There is no way back. */
+        if (setresuid(0, 0, 0) == 0 || getresuid(&r, &e, &sv) < 0 || r != serve_uid ||
+            e != serve_uid || sv != serve_uid)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "--user %s: root regained",
+                                    serve_user);
+        log_info("running as %s (uid %u, gid %u), no capabilities, no new privileges", serve_user,
+                 (unsigned)serve_uid, (unsigned)serve_gid);
+        return 0;
+}
+
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
         int sig, r;
@@ -275,6 +339,8 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
         umask(mask);
         if (r == 0 && unix_socket[0] && chmod(unix_socket, 0600) < 0)
                 r = cs_error_errno(err, errno, "cannot chmod %s", unix_socket);
+        if (r == 0 && serve_user[0])
+                r = drop_privileges(err);
         if (r < 0) {
                 rpc_server_free(srv);
                 return -1;

@@ -1,7 +1,8 @@
 """The internal link over a Unix socket (docs/security.md, "The internal link"): the agent
 listens on unix:PATH with the socket 0600 in a 0700 directory, only root connects, a stale
 socket left by a killed agent does not stop a restart, the frontend reaches the agent through
-it, and DestroySandbox refuses a grace below the minimum (1 s).
+it, and DestroySandbox refuses a grace below the minimum (1 s). The frontend's --user: it
+drops to an unprivileged user with no capabilities once listening.
 
 Usage: test_internal_link.py BUILD_DIR"""
 import os
@@ -165,6 +166,58 @@ class InternalLinkTest(unittest.TestCase):
             self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
         finally:
             c.close()
+
+    def frontend_status(self, pid):
+        with open(f"/proc/{pid}/status") as f:
+            return dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+
+    def test_frontend_drops_to_an_unprivileged_user(self):
+        # TCP for the agent here: the unprivileged frontend must be able to reconnect.
+        agent_tcp = f"127.0.0.1:{free_port()}"
+        agent = self.start("compute-nodeagent", "--listen", agent_tcp, "--state-dir", self.state,
+                           "--images-dir", IMAGES_DIR, "--shutdown-grace-ms", "3000")
+        self.wait_serving(agent_tcp, agent, "agent.log")
+        front = f"127.0.0.1:{free_port()}"
+        fe = self.start("compute-frontend", "--listen", front, "--agents", agent_tcp,
+                        "--user", "nobody", "--shutdown-grace-ms", "3000", log="frontend.log")
+        self.assertEqual(self.wait_serving(front, fe, "frontend.log"), "SERVING")
+        st = self.frontend_status(fe.pid)
+        self.assertEqual(st["Uid"].split(), ["65534"] * 4)
+        self.assertEqual(st["Gid"].split(), ["65534"] * 4)
+        self.assertEqual(st["Groups"].strip(), "")
+        for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            self.assertEqual(int(st[cap], 16), 0, cap)
+        self.assertEqual(st["NoNewPrivs"].strip(), "1")
+        # Every thread, gRPC's too, runs as nobody with no capabilities.
+        for tid in os.listdir(f"/proc/{fe.pid}/task"):
+            with open(f"/proc/{fe.pid}/task/{tid}/status") as f:
+                t = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+            self.assertEqual(t["Uid"].split(), ["65534"] * 4, tid)
+            self.assertEqual(int(t["CapEff"], 16), 0, tid)
+            self.assertEqual(int(t["CapPrm"], 16), 0, tid)
+            self.assertEqual(int(t["CapBnd"], 16), 0, tid)
+            self.assertEqual(t["NoNewPrivs"].strip(), "1", tid)
+        self.assertIn("running as nobody", self.log("frontend.log"))
+        # It still reaches the agent, also after the agent restarted.
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        agent = self.start("compute-nodeagent", "--listen", agent_tcp, "--state-dir", self.state,
+                           "--images-dir", IMAGES_DIR, "--shutdown-grace-ms", "3000")
+        self.wait_serving(agent_tcp, agent, "agent.log")
+        deadline = time.monotonic() + 20
+        while self.health.check(front, "") != "SERVING":
+            self.assertLess(time.monotonic(), deadline, self.log("frontend.log"))
+            time.sleep(0.1)
+        fe.terminate()
+        self.assertEqual(fe.wait(timeout=20), 0, self.log("frontend.log"))
+
+    def test_frontend_user_refused(self):
+        for user, why in (("root", "not an unprivileged user"),
+                          ("no-such-user-x", "no such user")):
+            p = self.start("compute-frontend", "--listen", f"127.0.0.1:{free_port()}",
+                           "--agents", "127.0.0.1:1", "--user", user, log="frontend.log")
+            self.assertNotEqual(p.wait(timeout=30), 0)
+            self.assertIn(why, self.log("frontend.log"))
 
 
 if __name__ == "__main__":
