@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "health.h"
 #include "scheduler.h"
 #include "service.h"
 #include "signals.h"
@@ -18,7 +19,7 @@
 
 static cs_daemon_config cfg;
 static cs_agent_tls_config agent_tls;
-static char *scheduler_name, *mode, *agents, *sandbox_image;
+static char *scheduler_name, *mode, *agents, *sandbox_image, *run_user;
 static char *kubeconfig, *kube_context, *sandbox_ns, *agent_ns, *agent_selector, *runtime_class;
 static char *pvc_storage_class, *pvc_workspace_size;
 static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms, agent_port, delete_grace_s;
@@ -34,8 +35,14 @@ static const cs_option options[] = {
           "--scheduler says: delete the PVCs whose delete-after has passed, then exit 0, or 1 "
           "on error).",
           &mode, 0, 0 },
+        { "user", "COMPUTE_FRONTEND_USER", CS_OPT_STRING, "",
+          "Once listening, run as this unprivileged user: its uid and gid only, no capabilities, "
+          "no new privileges (root must start it); empty: stay. The node agents must be "
+          "reachable by that user (local: TCP, not the root-only socket).",
+          &run_user, 0, 0 },
         { "agents", "COMPUTE_AGENTS", CS_OPT_STRING, "127.0.0.1:50052",
-          "Local scheduler: node agents to schedule sandboxes on: host:port, comma-separated.",
+          "Local scheduler: node agents to schedule sandboxes on: host:port or unix:/path, "
+          "comma-separated.",
           &agents, 0, 0 },
         { "sandbox-image", "SANDBOX_IMAGE", CS_OPT_STRING, "",
           "Image for sandboxes whose CreateSandbox names none (local: an image of the node "
@@ -143,6 +150,12 @@ static int run_gc(cs_error **err)
         return r;
 }
 
+/* Health's probe: NOT_SERVING while the scheduler cannot serve (no node agent reachable). */
+static bool health_probe(void *arg)
+{
+        return scheduler_serving(arg);
+}
+
 static scheduler *scheduler_new(cs_error **err)
 {
         if (strcmp(scheduler_name, "kube") == 0) {
@@ -185,6 +198,12 @@ int main(int argc, char **argv)
                 return r < 0 ? 1 : 0;
         }
 
+        /* Before gRPC starts its threads (they inherit the emptied bounding set). */
+        if (cs_daemon_set_user(run_user, &err) < 0) {
+                log_error("%s: %s", program.name, err->msg);
+                cs_config_free(&program);
+                return 1;
+        }
         rpc_global_init();
         sched = scheduler_new(&err);
         if (sched)
@@ -200,6 +219,7 @@ int main(int argc, char **argv)
                 }
         }
         if (srv) {
+                cs_health_set_probe(health_probe, sched);
                 if (strcmp(scheduler_name, "kube") == 0)
                         log_info("%s: scheduling gVisor pods in namespace %s", program.name,
                                  sandbox_ns);

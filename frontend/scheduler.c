@@ -69,3 +69,8 @@ void fe_route_release(fe_route *route)
         route->release = NULL;
         route->release_arg = NULL;
 }
+
+bool scheduler_serving(scheduler *s)
+{
+        return !s->ops->serving || s->ops->serving(s);
+}

@@ -104,8 +104,13 @@ typedef struct scheduler_ops {
          * *ret is the caller's to fe_route_release() on success. */
         int (*route)(scheduler *s, const char *id, const fe_ctx *ctx, fe_route *ret,
                      cs_error **err);
+        /* Whether it can serve calls now (health: NOT_SERVING when false); NULL: always. */
+        bool (*serving)(scheduler *s);
         void (*free)(scheduler *s);
 } scheduler_ops;
+
+/* s->ops->serving(s), or true when the backend has no such op. */
+bool scheduler_serving(scheduler *s);
 
 struct scheduler {
         const scheduler_ops *ops;
@@ -118,7 +123,9 @@ typedef struct local_config {
 } local_config;
 
 /* Connects to the agents and learns what sandboxes they hold before returning (an agent that
- * is down is learnt about when it comes back). */
+ * is down is learnt about when it comes back, polled every 100 ms until every agent has
+ * answered once). A call arriving before that waits for it within its deadline. Serving
+ * while at least one agent is reachable. */
 scheduler *scheduler_local_new(const local_config *cfg, cs_error **err);
 
 /* Kubernetes mode (see docs/kube.md for the objects, names and labels). Strings

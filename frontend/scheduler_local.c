@@ -150,6 +150,11 @@ static void map_forget_locked(local *l, const char *id)
  * answer from an agent busy starting many sandboxes must not fail every call to it until
  * the next check. A call to an agent that is really gone fails by itself meanwhile. */
 #define DOWN_AFTER_CHECKS 2
+/* The poll period until every agent has answered once (and while none is reachable): a
+ * frontend started with its agents serves as soon as they do. */
+#define FAST_POLL_MS 100
+/* How long a call with no deadline waits for the agents to have answered once. */
+#define READY_WAIT_NO_DEADLINE_MS 30000
 
 static int agent_call_timeout(local *l, int idx, const char *method, const ProtobufCMessage *req,
                               const ProtobufCMessageDescriptor *resp_desc, const fe_ctx *ctx,
@@ -252,15 +257,58 @@ static void agent_poll(local *l, int idx)
                 log_info("node agent %s is up", l->agents[idx].addr);
 }
 
+/* Whether every agent has answered once (its sandboxes are in the map). */
+static bool all_listed_locked(const local *l)
+{
+        for (int i = 0; i < l->n_agents; i++) {
+                if (!l->agents[i].listed)
+                        return false;
+        }
+        return true;
+}
+
+static bool any_healthy_locked(const local *l)
+{
+        for (int i = 0; i < l->n_agents; i++) {
+                if (l->agents[i].healthy)
+                        return true;
+        }
+        return false;
+}
+
+/* A call arriving before every agent has answered once waits for that (until its deadline,
+ * its cancel, or READY_WAIT_NO_DEADLINE_MS without a deadline) instead of failing: the
+ * caller then goes on and fails as before if some agent is still missing. */
+static void await_listed(local *l, const fe_ctx *ctx)
+{
+        int64_t now = cs_now_monotonic_ms();
+        int64_t end =
+                ctx->deadline_ms == INT64_MAX ? now + READY_WAIT_NO_DEADLINE_MS : ctx->deadline_ms;
+
+        pthread_mutex_lock(&l->lock);
+        while (!l->stopping && !all_listed_locked(l) && now < end && !fe_ctx_cancelled(ctx)) {
+                /* Short slices: the cancel fd is not a condition variable. */
+                int64_t wake = now + FAST_POLL_MS < end ? now + FAST_POLL_MS : end;
+                struct timespec ts = { .tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000 };
+
+                pthread_cond_timedwait(&l->cond, &l->lock, &ts);
+                now = cs_now_monotonic_ms();
+        }
+        pthread_mutex_unlock(&l->lock);
+}
+
 static void *poller_main(void *arg)
 {
         local *l = arg;
 
         for (;;) {
                 struct timespec ts;
-                int64_t wake = cs_now_monotonic_ms() + l->cfg.poll_ms;
+                int64_t wake;
 
                 pthread_mutex_lock(&l->lock);
+                wake = cs_now_monotonic_ms() + (all_listed_locked(l) && any_healthy_locked(l)
+                                                        ? l->cfg.poll_ms
+                                                        : FAST_POLL_MS);
                 while (!l->stopping && cs_now_monotonic_ms() < wake) {
                         ts.tv_sec = wake / 1000;
                         ts.tv_nsec = (wake % 1000) * 1000000;
@@ -352,6 +400,7 @@ static int local_create(scheduler *s, const fe_spec *spec, const fe_ctx *ctx, fe
         char id[CS_UUID_STRLEN + 1];
         int idx, r = -1;
 
+        await_listed(l, ctx);
         pthread_mutex_lock(session_lock);
         /* Twice at most: a sandbox the map still thought live may turn out destroyed (by
          * another frontend); then the session gets a new one. */
@@ -381,6 +430,7 @@ static int locate(local *l, const char *id, const fe_ctx *ctx, int *ret_idx, cs_
         bool unreachable = false;
         entry *e;
 
+        await_listed(l, ctx);
         pthread_mutex_lock(&l->lock);
         e = map_find_locked(l, id);
         if (e) {
@@ -500,6 +550,17 @@ static int local_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route
         return 0;
 }
 
+static bool local_serving(scheduler *s)
+{
+        local *l = LOCAL(s);
+        bool r;
+
+        pthread_mutex_lock(&l->lock);
+        r = any_healthy_locked(l);
+        pthread_mutex_unlock(&l->lock);
+        return r;
+}
+
 static void local_free(scheduler *s)
 {
         local *l = LOCAL(s);
@@ -535,6 +596,7 @@ static const scheduler_ops local_ops = {
         .describe = local_describe,
         .destroy = local_destroy,
         .route = local_route,
+        .serving = local_serving,
         .free = local_free,
 };
 

@@ -21,6 +21,8 @@
 
 /* How long Exec waits for a STARTING sandbox when the request does not say. */
 #define SVC_DEFAULT_WAIT_READY_MS (60 * 1000)
+/* The least DestroySandbox.grace accepted (docs/nodeagent.md); none is the agent's default. */
+#define SB_MIN_DESTROY_GRACE_MS 1000
 
 static agent_service svc;
 
@@ -191,6 +193,10 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
         src_ref r;
 
         (void)userdata;
+        /* A grace below the minimum would skip the soft delete (docs/nodeagent.md). */
+        if (req->grace && grace < SB_MIN_DESTROY_GRACE_MS)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "grace must be at least %d s", SB_MIN_DESTROY_GRACE_MS / 1000);
         if (svc.src->ops->destroy(svc.src, &c, ref_from_pb(req->ref, &r),
                                   req->grace ? &grace : NULL, &info, err) < 0)
                 return -1;

@@ -2,7 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "health.h"
 #include "signals.h"
@@ -176,6 +182,54 @@ int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err)
 
 /* --- the server ------------------------------------------------------------------------ */
 
+/* The path of this process's Unix listening socket ("" when it serves TCP): one server per
+ * process. */
+static char unix_socket[PATH_MAX];
+
+/* A "unix:PATH" listen address (the internal link of the embedded default): PATH's directory
+ * is made 0700 if missing and must be owned by us and closed to group and others (else
+ * PERMISSION_DENIED); a stale socket left there by a crashed predecessor is removed, so it
+ * does not stop a restart (the agent holds its state directory's lock: no live agent owns
+ * it). Anything else at PATH is refused. */
+static int unix_listen_prepare(const char *listen, cs_error **err)
+{
+        const char *path = listen + strlen("unix:");
+        _cleanup_free_ char *dir = NULL;
+        char *slash;
+        struct stat st;
+
+        if (path[0] != '/' || strlen(path) >= sizeof(unix_socket) || strlen(path) > 107)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--listen %s: a Unix socket needs an absolute path of at "
+                                    "most 107 bytes",
+                                    listen);
+        dir = cs_xstrdup(path);
+        slash = strrchr(dir, '/');
+        slash[slash == dir ? 1 : 0] = '\0';
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return cs_error_errno(err, errno, "cannot create %s", dir);
+        if (lstat(dir, &st) < 0)
+                return cs_error_errno(err, errno, "%s", dir);
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+                return cs_error_set(err, GRPC_STATUS_PERMISSION_DENIED,
+                                    "%s: the directory of a Unix listening socket must be ours "
+                                    "and mode 0700 (it is %o, uid %u)",
+                                    dir, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        if (lstat(path, &st) == 0) {
+                if (!S_ISSOCK(st.st_mode))
+                        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                            "%s exists and is not a socket", path);
+                if (unlink(path) < 0)
+                        return cs_error_errno(err, errno, "cannot remove the stale socket %s",
+                                              path);
+                log_info("removed a stale socket %s (left by a previous run)", path);
+        } else if (errno != ENOENT) {
+                return cs_error_errno(err, errno, "%s", path);
+        }
+        snprintf(unix_socket, sizeof(unix_socket), "%s", path);
+        return 0;
+}
+
 rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const *services,
                                  cs_error **err)
 {
@@ -188,10 +242,15 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
                                                               : 1,
                 .grace_ms = cfg->grace_ms,
         };
-        tls_files t = server_tls_files(cfg);
-        int tls = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
+        tls_files t;
+        int tls;
         rpc_server *srv;
 
+        unix_socket[0] = '\0';
+        if (strncmp(cfg->listen, "unix:", 5) == 0 && unix_listen_prepare(cfg->listen, err) < 0)
+                return NULL;
+        t = server_tls_files(cfg);
+        tls = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
         if (tls < 0)
                 return NULL;
         opts.tls_ca_pem = t.pem[TLS_CA];
@@ -211,19 +270,96 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
         return srv;
 }
 
+/* The user cs_daemon_serve() switches to once it listens ("": stay), and its ids. */
+static const char *serve_user = "";
+static uid_t serve_uid;
+static gid_t serve_gid;
+
+int cs_daemon_set_user(const char *user, cs_error **err)
+{
+        struct passwd pw, *found = NULL;
+        char buf[4096];
+        int rc;
+
+        serve_user = "";
+        if (!user || !user[0])
+                return 0;
+        rc = getpwnam_r(user, &pw, buf, sizeof(buf), &found);
+        if (rc != 0 || !found)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "--user %s: no such user",
+                                    user);
+        if (pw.pw_uid == 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--user %s: not an unprivileged user", user);
+        if (geteuid() != 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "--user %s: only root can change user", user);
+        /* Now, while this is the only thread: the bounding set and no_new_privs are per
+         * thread and inherited, so every thread made later has them too. Neither takes away
+         * what this process may do now (bind, read its TLS files). */
+        for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++) {
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+                        return cs_error_errno(err, errno, "cannot drop capability %d", cap);
+        }
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return cs_error_errno(err, errno, "cannot clear the ambient capabilities");
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return cs_error_errno(err, errno, "cannot set no_new_privs");
+        serve_user = user;
+        serve_uid = pw.pw_uid;
+        serve_gid = pw.pw_gid;
+        return 0;
+}
+
+/* Root to the --user for good: no supplementary groups, its uid and gid (real, effective,
+ * saved). glibc applies setgroups/setresgid/setresuid to every thread (gRPC's too), and the
+ * uid change clears every thread's permitted and effective capabilities. */
+static int drop_privileges(cs_error **err)
+{
+        uid_t r, e, sv;
+
+        if (setgroups(0, NULL) < 0 || setresgid(serve_gid, serve_gid, serve_gid) < 0 ||
+            setresuid(serve_uid, serve_uid, serve_uid) < 0)
+                return cs_error_errno(err, errno, "--user %s: cannot change user", serve_user);
+        /* There is no way back. */
+        if (setresuid(0, 0, 0) == 0 || getresuid(&r, &e, &sv) < 0 || r != serve_uid ||
+            e != serve_uid || sv != serve_uid)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "--user %s: root regained",
+                                    serve_user);
+        log_info("running as %s (uid %u, gid %u), no capabilities, no new privileges", serve_user,
+                 (unsigned)serve_uid, (unsigned)serve_gid);
+        return 0;
+}
+
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
-        int sig;
+        int sig, r;
+        mode_t mask;
 
-        if (rpc_server_start(srv, err) < 0) {
+        /* A Unix socket is created 0700 (the umask) and made 0600 at once: only our user
+         * can connect from the moment it listens. */
+        mask = umask(077);
+        r = rpc_server_start(srv, err);
+        umask(mask);
+        if (r == 0 && unix_socket[0] && chmod(unix_socket, 0600) < 0)
+                r = cs_error_errno(err, errno, "cannot chmod %s", unix_socket);
+        if (r == 0 && serve_user[0])
+                r = drop_privileges(err);
+        if (r < 0) {
                 rpc_server_free(srv);
                 return -1;
         }
-        log_info("%s serving on port %d%s", name, rpc_server_port(srv),
-                 rpc_server_tls(srv) ? " (mutual TLS)" : "");
+        if (unix_socket[0])
+                log_info("%s serving on unix:%s (mode 0600)%s", name, unix_socket,
+                         rpc_server_tls(srv) ? " (mutual TLS)" : "");
+        else
+                log_info("%s serving on port %d%s", name, rpc_server_port(srv),
+                         rpc_server_tls(srv) ? " (mutual TLS)" : "");
         sig = cs_signals_wait();
         log_info("%s: %s received, shutting down", name, strsignal(sig));
         rpc_server_free(srv);
+        if (unix_socket[0])
+                unlink(unix_socket);
         log_info("%s stopped", name);
         return 0;
 }

@@ -24,7 +24,7 @@ typedef struct cs_daemon_config {
           listen_env,                                                                              \
           CS_OPT_STRING,                                                                           \
           listen_default,                                                                          \
-          "Address to serve gRPC on (host:port; port 0 picks a free one).",                        \
+          "Address to serve gRPC on: host:port (port 0 picks a free one) or unix:/abs/path.",      \
           &(cfg).listen,                                                                           \
           0,                                                                                       \
           0 },                                                                                     \
@@ -170,3 +170,10 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
 /* Starts srv, logs where it listens, serves until SIGINT or SIGTERM, then shuts down
  * gracefully and frees it. Returns 0, or -1 with *err when the server cannot start. */
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err);
+
+/* Makes cs_daemon_serve() switch to `user` (a name; "" or NULL: stay) right after it starts
+ * listening: no supplementary groups, the user's uid and gid, no capabilities (the bounding
+ * set is emptied here), no new privileges (set here). Call it while the process has one
+ * thread (before rpc_global_init), as root; -1 with *err for an unknown user, root, or a
+ * caller that is not root. `user` is borrowed until cs_daemon_serve(). */
+int cs_daemon_set_user(const char *user, cs_error **err);

@@ -1,10 +1,14 @@
 """./scripts/run serves grpc.health.v1.Health/Check = SERVING on both addresses and stops both
-programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group).
+programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group). By default
+the agent listens on a Unix socket in the state directory (0600, in a 0700 directory), not on
+TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP. A daemon killed with SIGKILL is restarted
+(logged with its exit status and the delay) and serves again; SIGTERM then leaves nothing.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -35,6 +39,7 @@ class RunScriptTest(unittest.TestCase):
         self.health = Health(BUILD_DIR)
         self.state = tempfile.TemporaryDirectory()
         self.fport, self.aport = free_port(), free_port()
+        self.sock = os.path.join(self.state.name, "state", "run", "agent.sock")
         env = dict(os.environ,
                    COMPUTE_LISTEN=f"127.0.0.1:{self.fport}",
                    COMPUTE_AGENT_LISTEN=f"127.0.0.1:{self.aport}",
@@ -43,6 +48,10 @@ class RunScriptTest(unittest.TestCase):
                    COMPUTE_IMAGES_DIR=os.environ.get("COMPUTE_TEST_IMAGES_DIR",
                                                      "/var/lib/compute/images"),
                    COMPUTE_BUILD_DIR=BUILD_DIR)
+        for name in ("COMPUTE_AGENTS",):
+            env.pop(name, None)
+        if self._testMethodName.endswith("_default_link"):
+            del env["COMPUTE_AGENT_LISTEN"]  # the default: the Unix socket
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([os.path.join(SOURCE_DIR, "scripts", "run")], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT,
@@ -61,13 +70,16 @@ class RunScriptTest(unittest.TestCase):
 
     def wait_serving(self, address, service):
         deadline = time.monotonic() + 180  # the script may have to build first
-        while True:
+        while True:  # the frontend is NOT_SERVING until its agent answered
             try:
-                return self.health.check(address, service)
+                status = self.health.check(address, service)
+                if status == "SERVING":
+                    return status
             except grpc.RpcError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.fail(f"{address} never served health:\n{self.output()}")
-                time.sleep(0.2)
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.fail(f"{address} never served health:\n{self.output()}")
+            time.sleep(0.2)
 
     def check_serving_then_stop(self, send_signal):
         front, agent = f"127.0.0.1:{self.fport}", f"127.0.0.1:{self.aport}"
@@ -91,6 +103,68 @@ class RunScriptTest(unittest.TestCase):
         self.assertIn("compute-nodeagent stopped", out)
         self.assertFalse(port_open(self.fport), "frontend still listening")
         self.assertFalse(port_open(self.aport), "node agent still listening")
+
+    def test_sigterm_default_link(self):
+        front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
+        self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
+        self.assertEqual(stat.S_IMODE(os.lstat(self.sock).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(self.sock)).st_mode), 0o700)
+        self.assertFalse(port_open(self.aport), "the agent listens on TCP too")
+        self.assertEqual(self.wait_serving(front, "compute.v1.ComputeService"), "SERVING")
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
+        self.assertIn(f"serving on {agent} (mode 0600)", self.output())
+        self.assertFalse(os.path.exists(self.sock), "socket left behind")
+        self.assertFalse(port_open(self.fport), "frontend still listening")
+
+    def session(self):
+        """{pid: command name} of every process of scripts/run's session."""
+        found = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            comm, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
+            if int(rest[3]) == self.proc.pid and rest[0] != "Z":
+                found[int(d)] = comm
+        return found
+
+    def daemon_pid(self, comm):
+        pids = [p for p, c in self.session().items() if c == comm]
+        self.assertEqual(len(pids), 1, f"{comm}: {pids}\n{self.output()}")
+        return pids[0]
+
+    def test_supervises_kill_9_default_link(self):
+        front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
+        self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
+        self.assertEqual(self.wait_serving(front, "compute.v1.ComputeService"), "SERVING")
+        for comm, address, service in (("compute-nodeage", agent, "nodeagent.v1.NodeAgent"),
+                                        ("compute-fronten", front, "compute.v1.ComputeService")):
+            old = self.daemon_pid(comm)
+            os.kill(old, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while True:  # restarted after 1 s, a new process, serving again
+                pids = [p for p, c in self.session().items() if c == comm]
+                if pids and old not in pids:
+                    try:
+                        if self.health.check(address, service) == "SERVING":
+                            break
+                    except grpc.RpcError:
+                        pass
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.fail(f"{comm} not back:\n{self.output()}")
+                time.sleep(0.1)
+            name = "compute-nodeagent" if comm == "compute-nodeage" else "compute-frontend"
+            self.assertIn(f"{name} exited (status 137); restarting it in 1 s", self.output())
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
+        self.assertEqual(self.session(), {}, "processes left behind")
+        self.assertFalse(os.path.exists(self.sock))
+        self.assertFalse(port_open(self.fport))
 
     def test_sigterm(self):
         self.check_serving_then_stop(lambda: self.proc.send_signal(signal.SIGTERM))

@@ -1,0 +1,224 @@
+"""The internal link over a Unix socket (docs/security.md, "The internal link"): the agent
+listens on unix:PATH with the socket 0600 in a 0700 directory, only root connects, a stale
+socket left by a killed agent does not stop a restart, the frontend reaches the agent through
+it, and DestroySandbox refuses a grace below the minimum (1 s). The frontend's --user: it
+drops to an unprivileged user with no capabilities once listening.
+
+Usage: test_internal_link.py BUILD_DIR"""
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import grpc
+
+from agent_client import Agent
+from agent_fixture import IMAGES_DIR, free_port
+from health_client import Health
+import testmain
+
+BUILD_DIR = sys.argv[1]
+
+
+class InternalLinkTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="cs-link-", dir="/tmp")
+        self.state = os.path.join(self.dir, "state")
+        self.sock = os.path.join(self.state, "run", "agent.sock")
+        self.address = "unix:" + self.sock
+        self.procs = []
+        self.health = Health(BUILD_DIR)
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def start(self, binary, *args, log="agent.log"):
+        with open(os.path.join(self.dir, log), "ab") as out:
+            p = subprocess.Popen([os.path.join(BUILD_DIR, "bin", binary)] + list(args),
+                                 stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def start_agent(self):
+        return self.start("compute-nodeagent", "--listen", self.address, "--state-dir",
+                          self.state, "--images-dir", IMAGES_DIR, "--shutdown-grace-ms", "3000")
+
+    def wait_serving(self, address, proc, log):
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return self.health.check(address, "")
+            except grpc.RpcError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    self.fail(f"{address} never served:\n{self.log(log)}")
+                time.sleep(0.05)
+
+    def test_socket_modes_and_only_root_connects(self):
+        agent = self.start_agent()
+        self.assertEqual(self.wait_serving(self.address, agent, "agent.log"), "SERVING")
+        st = os.lstat(self.sock)
+        self.assertTrue(stat.S_ISSOCK(st.st_mode))
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(self.sock)).st_mode), 0o700)
+        # Another user cannot connect even were the directory open to it.
+        os.chmod(os.path.dirname(self.sock), 0o755)
+        try:
+            r = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                 "/usr/bin/python3", "-c",
+                 "import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+                 f"s.connect({self.sock!r})"],
+                capture_output=True, text=True, timeout=20)
+        finally:
+            os.chmod(os.path.dirname(self.sock), 0o700)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("PermissionError", r.stderr)
+        # Stopped cleanly: the socket file is gone.
+        agent.terminate()
+        self.assertEqual(agent.wait(timeout=30), 0, self.log("agent.log"))
+        self.assertFalse(os.path.exists(self.sock))
+
+    def test_stale_socket_does_not_stop_a_restart(self):
+        agent = self.start_agent()
+        self.wait_serving(self.address, agent, "agent.log")
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        self.assertTrue(os.path.exists(self.sock), "a killed agent leaves its socket")
+        agent = self.start_agent()
+        self.assertEqual(self.wait_serving(self.address, agent, "agent.log"), "SERVING")
+        self.assertIn("removed a stale socket", self.log("agent.log"))
+
+    def test_refuses_an_open_directory(self):
+        os.makedirs(os.path.dirname(self.sock), mode=0o755)
+        os.chmod(os.path.dirname(self.sock), 0o755)
+        agent = self.start_agent()
+        self.assertNotEqual(agent.wait(timeout=30), 0)
+        self.assertIn("must be ours and mode 0700", self.log("agent.log"))
+
+    def test_refuses_a_file_that_is_not_a_socket(self):
+        os.makedirs(os.path.dirname(self.sock), mode=0o700)
+        open(self.sock, "w").close()
+        agent = self.start_agent()
+        self.assertNotEqual(agent.wait(timeout=30), 0)
+        self.assertIn("is not a socket", self.log("agent.log"))
+
+    def test_frontend_reaches_the_agent_over_the_socket(self):
+        agent = self.start_agent()
+        self.wait_serving(self.address, agent, "agent.log")
+        front = f"127.0.0.1:{free_port()}"
+        fe = self.start("compute-frontend", "--listen", front, "--agents", self.address,
+                        "--shutdown-grace-ms", "3000", log="frontend.log")
+        self.assertEqual(self.wait_serving(front, fe, "frontend.log"), "SERVING")
+        sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
+        from compute.v1 import compute_pb2  # noqa: E402 (generated at build time)
+        ch = grpc.insecure_channel(front)
+        describe = ch.unary_unary(
+            "/compute.v1.ComputeService/DescribeSandbox",
+            request_serializer=compute_pb2.DescribeSandboxRequest.SerializeToString,
+            response_deserializer=compute_pb2.DescribeSandboxResponse.FromString)
+        deadline = time.monotonic() + 20
+        while True:  # NOT_FOUND: the frontend asked its agent, over the socket
+            with self.assertRaises(grpc.RpcError) as cm:
+                describe(compute_pb2.DescribeSandboxRequest(
+                    sandbox_id="3f0c1a4e-0d6b-4c59-9a51-2b7a8f0e6d11"), timeout=5)
+            if cm.exception.code() == grpc.StatusCode.NOT_FOUND:
+                break
+            if time.monotonic() > deadline:
+                self.fail(f"{cm.exception}\n{self.log('frontend.log')}")
+            time.sleep(0.1)
+        ch.close()
+        self.assertIn(f"node agent {self.address} is up", self.log("frontend.log"))
+
+    def test_destroy_grace_below_the_minimum_is_refused(self):
+        agent = self.start_agent()
+        self.wait_serving(self.address, agent, "agent.log")
+        c = Agent(BUILD_DIR, self.address)
+        try:
+            for grace in ({"nanos": 1}, {"nanos": 999000000}, {"seconds": -1}):
+                with self.assertRaises(grpc.RpcError) as cm:
+                    c.DestroySandbox(c.pb.DestroySandboxRequest(
+                        ref=c.ref("3f0c1a4e-0d6b-4c59-9a51-2b7a8f0e6d11"), grace=grace),
+                        timeout=10)
+                self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, grace)
+                self.assertIn("grace must be at least 1 s", cm.exception.details())
+            # At the minimum the grace passes the check (NOT_FOUND: no such sandbox).
+            with self.assertRaises(grpc.RpcError) as cm:
+                c.DestroySandbox(c.pb.DestroySandboxRequest(
+                    ref=c.ref("3f0c1a4e-0d6b-4c59-9a51-2b7a8f0e6d11"), grace={"seconds": 1}),
+                    timeout=10)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+        finally:
+            c.close()
+
+    def frontend_status(self, pid):
+        with open(f"/proc/{pid}/status") as f:
+            return dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+
+    def test_frontend_drops_to_an_unprivileged_user(self):
+        # TCP for the agent here: the unprivileged frontend must be able to reconnect.
+        agent_tcp = f"127.0.0.1:{free_port()}"
+        agent = self.start("compute-nodeagent", "--listen", agent_tcp, "--state-dir", self.state,
+                           "--images-dir", IMAGES_DIR, "--shutdown-grace-ms", "3000")
+        self.wait_serving(agent_tcp, agent, "agent.log")
+        front = f"127.0.0.1:{free_port()}"
+        fe = self.start("compute-frontend", "--listen", front, "--agents", agent_tcp,
+                        "--user", "nobody", "--shutdown-grace-ms", "3000", log="frontend.log")
+        self.assertEqual(self.wait_serving(front, fe, "frontend.log"), "SERVING")
+        st = self.frontend_status(fe.pid)
+        self.assertEqual(st["Uid"].split(), ["65534"] * 4)
+        self.assertEqual(st["Gid"].split(), ["65534"] * 4)
+        self.assertEqual(st["Groups"].strip(), "")
+        for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            self.assertEqual(int(st[cap], 16), 0, cap)
+        self.assertEqual(st["NoNewPrivs"].strip(), "1")
+        # Every thread, gRPC's too, runs as nobody with no capabilities.
+        for tid in os.listdir(f"/proc/{fe.pid}/task"):
+            with open(f"/proc/{fe.pid}/task/{tid}/status") as f:
+                t = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+            self.assertEqual(t["Uid"].split(), ["65534"] * 4, tid)
+            self.assertEqual(int(t["CapEff"], 16), 0, tid)
+            self.assertEqual(int(t["CapPrm"], 16), 0, tid)
+            self.assertEqual(int(t["CapBnd"], 16), 0, tid)
+            self.assertEqual(t["NoNewPrivs"].strip(), "1", tid)
+        self.assertIn("running as nobody", self.log("frontend.log"))
+        # It still reaches the agent, also after the agent restarted.
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        agent = self.start("compute-nodeagent", "--listen", agent_tcp, "--state-dir", self.state,
+                           "--images-dir", IMAGES_DIR, "--shutdown-grace-ms", "3000")
+        self.wait_serving(agent_tcp, agent, "agent.log")
+        deadline = time.monotonic() + 20
+        while self.health.check(front, "") != "SERVING":
+            self.assertLess(time.monotonic(), deadline, self.log("frontend.log"))
+            time.sleep(0.1)
+        fe.terminate()
+        self.assertEqual(fe.wait(timeout=20), 0, self.log("frontend.log"))
+
+    def test_frontend_user_refused(self):
+        for user, why in (("root", "not an unprivileged user"),
+                          ("no-such-user-x", "no such user")):
+            p = self.start("compute-frontend", "--listen", f"127.0.0.1:{free_port()}",
+                           "--agents", "127.0.0.1:1", "--user", user, log="frontend.log")
+            self.assertNotEqual(p.wait(timeout=30), 0)
+            self.assertIn(why, self.log("frontend.log"))
+
+
+if __name__ == "__main__":
+    testmain.main(sys.argv[:1])
