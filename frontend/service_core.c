@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "quantity.h"
 #include "sandbox_limits.h"
 #include "uuid.h"
 
@@ -42,6 +43,22 @@ static int check_path(const char *path, bool allow_empty, cs_error **err)
         return 0;
 }
 
+/* WorkspaceSpec.size: empty (the default) or a quantity within the documented range. */
+static int check_workspace_size(const char *size, cs_error **err)
+{
+        uint64_t bytes;
+
+        if (!size || !size[0])
+                return 0;
+        if (cs_quantity_bytes(size, &bytes) < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "workspace size '%.40s' is not a quantity like 10Gi", size);
+        if (bytes < CS_MIN_WORKSPACE_BYTES || bytes > CS_MAX_WORKSPACE_BYTES)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "workspace size %s is outside 1Mi..16Ti", size);
+        return 0;
+}
+
 int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe_ctx *ctx,
                       fe_view *ret, cs_error **err)
 {
@@ -53,6 +70,8 @@ int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe
         if (spec->max_runtime_ms < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "limits.max_runtime is negative");
+        if (check_workspace_size(spec->size, err) < 0)
+                return -1;
         if (!s.image || !s.image[0])
                 s.image = svc->default_image;
         return svc->sched->ops->create(svc->sched, &s, ctx, ret, err);

@@ -295,6 +295,29 @@ static void test_create_checks_max_runtime(void **state)
         fe_view_clear(&v);
 }
 
+/* WorkspaceSpec.size: a quantity within 1Mi..16Ti, or empty for the default; the attack pass
+ * saw "garbage" accepted. */
+static void test_create_checks_workspace_size(void **state)
+{
+        world *w = *state;
+        fe_spec s = spec_of("t", "s");
+        cs_error *err = NULL;
+        fe_view v = { 0 };
+
+        s.size = "garbage";
+        assert_create_refused(w, &s, "workspace size 'garbage' is not a quantity like 10Gi");
+        s.size = "-1Gi";
+        assert_create_refused(w, &s, "workspace size '-1Gi' is not a quantity like 10Gi");
+        s.size = "100Ki";
+        assert_create_refused(w, &s, "workspace size 100Ki is outside 1Mi..16Ti");
+        s.size = "17Ti";
+        assert_create_refused(w, &s, "workspace size 17Ti is outside 1Mi..16Ti");
+        s.size = "100Mi";
+        assert_int_equal(fe_service_create(&w->svc, &s, &w->ctx, &v, &err), 0);
+        assert_string_equal(w->f.last_spec.size, "100Mi");
+        fe_view_clear(&v);
+}
+
 static void test_create_passes_spec_and_default_image(void **state)
 {
         world *w = *state;
@@ -594,6 +617,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_create_checks_ids, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_create_checks_max_runtime, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_create_checks_workspace_size, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_create_passes_spec_and_default_image, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_create_is_idempotent_per_session, setup,
