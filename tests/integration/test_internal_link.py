@@ -6,12 +6,10 @@ drops to an unprivileged user with no capabilities once listening.
 
 Usage: test_internal_link.py BUILD_DIR"""
 import os
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -19,42 +17,24 @@ import grpc
 
 from agent_client import Agent
 from agent_fixture import IMAGES_DIR, free_port
+from daemons import Daemons
 from health_client import Health
 import testmain
 
 BUILD_DIR = sys.argv[1]
 
 
-class InternalLinkTest(unittest.TestCase):
+class InternalLinkTest(Daemons, unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="cs-link-", dir="/tmp")
+        self.daemons_setup(BUILD_DIR, "cs-link-")
         self.state = os.path.join(self.dir, "state")
         self.sock = os.path.join(self.state, "run", "agent.sock")
         self.address = "unix:" + self.sock
-        self.procs = []
         self.health = Health(BUILD_DIR)
 
     def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.daemons_teardown()
 
-    def log(self, name):
-        with open(os.path.join(self.dir, name), "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def start(self, binary, *args, log="agent.log"):
-        with open(os.path.join(self.dir, log), "ab") as out:
-            p = subprocess.Popen([os.path.join(BUILD_DIR, "bin", binary)] + list(args),
-                                 stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
 
     def start_agent(self):
         return self.start("compute-nodeagent", "--listen", self.address, "--state-dir",

@@ -6,11 +6,8 @@ with nothing left behind.
 
 Usage: test_readiness.py BUILD_DIR"""
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -18,6 +15,7 @@ import unittest
 import grpc
 
 from agent_fixture import IMAGES_DIR, free_port
+from daemons import Daemons
 from health_client import Health
 import testmain
 
@@ -25,13 +23,12 @@ BUILD_DIR = sys.argv[1]
 SOME_ID = "3f0c1a4e-0d6b-4c59-9a51-2b7a8f0e6d11"
 
 
-class ReadinessTest(unittest.TestCase):
+class ReadinessTest(Daemons, unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="cs-ready-", dir="/tmp")
+        self.daemons_setup(BUILD_DIR, "cs-ready-")
         self.state = os.path.join(self.dir, "state")
         self.agent_address = "unix:" + os.path.join(self.state, "run", "agent.sock")
         self.front = f"127.0.0.1:{free_port()}"
-        self.procs = []
         self.health = Health(BUILD_DIR)
         sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
         from compute.v1 import compute_pb2  # noqa: E402 (generated at build time)
@@ -44,36 +41,18 @@ class ReadinessTest(unittest.TestCase):
 
     def tearDown(self):
         self.channel.close()
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.daemons_teardown()
 
-    def log(self, name):
-        with open(os.path.join(self.dir, name), "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def start(self, log, binary, *args):
-        with open(os.path.join(self.dir, log), "ab") as out:
-            p = subprocess.Popen([os.path.join(BUILD_DIR, "bin", binary)] + list(args),
-                                 stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
 
     def start_agent(self):
-        return self.start("agent.log", "compute-nodeagent", "--listen", self.agent_address,
+        return self.start("compute-nodeagent", "--listen", self.agent_address,
                           "--state-dir", self.state, "--images-dir", IMAGES_DIR,
-                          "--shutdown-grace-ms", "3000")
+                          "--shutdown-grace-ms", "3000", log="agent.log")
 
     def start_frontend(self):
-        return self.start("frontend.log", "compute-frontend", "--listen", self.front,
+        return self.start("compute-frontend", "--listen", self.front,
                           "--agents", self.agent_address, "--agent-poll-ms", "200",
-                          "--shutdown-grace-ms", "3000")
+                          "--shutdown-grace-ms", "3000", log="frontend.log")
 
     def status(self, service=""):
         try:
