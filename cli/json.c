@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base64.h"
+#include "utf8.h"
 #include "util.h"
 
 void cli_json_free(cli_json_writer *j)
@@ -97,42 +98,6 @@ void cli_json_key(cli_json_writer *j, const char *key)
         j->after_key = true;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if it is not one. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-        unsigned char c = s[0];
-        unsigned char lo = 0x80, hi = 0xbf;
-        size_t len;
-
-        if (c < 0x80)
-                return 1;
-        if (c >= 0xc2 && c <= 0xdf)
-                len = 2;
-        else if (c >= 0xe0 && c <= 0xef)
-                len = 3;
-        else if (c >= 0xf0 && c <= 0xf4)
-                len = 4;
-        else
-                return 0;
-        if (len > n)
-                return 0;
-        /* The second byte's range excludes overlong forms, surrogates and > U+10FFFF. */
-        if (c == 0xe0)
-                lo = 0xa0;
-        else if (c == 0xed)
-                hi = 0x9f;
-        else if (c == 0xf0)
-                lo = 0x90;
-        else if (c == 0xf4)
-                hi = 0x8f;
-        if (s[1] < lo || s[1] > hi)
-                return 0;
-        for (size_t i = 2; i < len; i++)
-                if (s[i] < 0x80 || s[i] > 0xbf)
-                        return 0;
-        return len;
-}
-
 void cli_json_string_len(cli_json_writer *j, const char *s, size_t len)
 {
         const unsigned char *p = (const unsigned char *)s;
@@ -152,7 +117,7 @@ void cli_json_string_len(cli_json_writer *j, const char *s, size_t len)
                 if (i == len)
                         break;
                 if (p[i] >= 0x80) {
-                        n = utf8_len(p + i, len - i);
+                        n = cs_utf8_len(p + i, len - i);
                         if (n == 0) {
                                 puts_(j, "\\ufffd");
                                 n = 1;

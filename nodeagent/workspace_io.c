@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "utf8.h"
 #include "util.h"
 
 #define WS_WRITE_ATTEMPTS 4  /* resolutions tried when the tree changes under a write */
@@ -769,6 +770,11 @@ static int read_names(int dfd, size_t keep, name_set *ret, const char *display, 
                         break;
                 }
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                /* A name made inside the sandbox that is not UTF-8 cannot be a proto3 string
+                 * (every strict client would fail the whole listing): left out, as the API
+                 * reference says (docs/api.md, ListFiles). */
+                if (!cs_utf8_valid(de->d_name, strlen(de->d_name)))
                         continue;
                 if (ret->n == ret->cap) {
                         ret->cap = ret->cap ? ret->cap * 2 : 16;

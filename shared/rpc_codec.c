@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "rpc_internal.h"
+#include "utf8.h"
 #include "util.h"
 
 int rpc_message_pack(const ProtobufCMessage *msg, size_t max, grpc_byte_buffer **ret,
@@ -54,6 +55,7 @@ static size_t wire_varint(const uint8_t *p, size_t len, uint64_t *ret)
 typedef enum wire_fault {
         WIRE_FINE,
         WIRE_NUL,        /* a string field holds a NUL byte */
+        WIRE_UTF8,       /* a string field is not valid UTF-8 */
         WIRE_FIELD_ZERO, /* a field numbered 0 */
 } wire_fault;
 
@@ -63,9 +65,13 @@ typedef enum wire_fault {
  * than one byte (80 00: its check looks at the first byte only), and re-encodes it as 00,
  * which it refuses: a message that does not survive a round trip through the frontend
  * (found by tests/fuzz/fuzz_rpc_wire.c). Protobuf has no field 0: refused like a NUL.
- * Walks the encoded message, nested messages included; for WIRE_NUL, *ret_field names the
- * field. The bytes have already been decoded successfully, so only well-formed input
- * reaches here. */
+ * Proto3 strings are UTF-8; protobuf-c does not check it, and a string that is not would be
+ * stored, listed and sent on to every strict client, which then fails to decode it (issue
+ * 12's attack pass: a WriteFile path "bad\xff\xfe.txt" made ListFiles fail in Python):
+ * refused too, in requests and responses alike.
+ * Walks the encoded message, nested messages included; for WIRE_NUL and WIRE_UTF8,
+ * *ret_field names the field. The bytes have already been decoded successfully, so only well-formed
+ * input reaches here. */
 static wire_fault wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
                              int depth, const char **ret_field)
 {
@@ -98,9 +104,12 @@ static wire_fault wire_check(const ProtobufCMessageDescriptor *desc, const uint8
                         if (!k || n > len - k)
                                 return WIRE_FINE;
                         f = protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
-                        if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + k, 0, n)) {
+                        if (f && f->type == PROTOBUF_C_TYPE_STRING) {
                                 *ret_field = f->name;
-                                return WIRE_NUL;
+                                if (memchr(p + k, 0, n))
+                                        return WIRE_NUL;
+                                if (!cs_utf8_valid(p + k, n))
+                                        return WIRE_UTF8;
                         }
                         if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
                                 fault = wire_check(f->descriptor, p + k, n, depth + 1, ret_field);
@@ -138,6 +147,9 @@ static int decode(const ProtobufCMessageDescriptor *desc, const uint8_t *data, s
                 return 0;
         case WIRE_NUL:
                 cs_error_set(err, bad_code, "%s: field %s contains a NUL byte", what, field);
+                break;
+        case WIRE_UTF8:
+                cs_error_set(err, bad_code, "%s: field %s is not valid UTF-8", what, field);
                 break;
         case WIRE_FIELD_ZERO:
                 cs_error_set(err, bad_code, "malformed %s: not a valid %s (a field numbered 0)",

@@ -541,6 +541,34 @@ static void test_nul_in_string_rejected(void **state)
         assert_int_equal(raw_unary(own_port, buf, sizeof(fine)), GRPC_STATUS_OK);
 }
 
+/* Proto3 strings are UTF-8: a string field that is not (a lone 0xff, an overlong '/', a
+ * surrogate, a cut sequence) is refused before any handler sees it; valid multi-byte text and
+ * any bytes in a bytes field pass. */
+static void test_invalid_utf8_in_string_rejected(void **state)
+{
+        static const uint8_t bad[][8] = {
+                { 0x0a, 0x05, 'b', 'a', 'd', 0xff, 0xfe }, /* the attack pass's path */
+                { 0x0a, 0x02, 0xc0, 0xaf },                /* overlong '/' */
+                { 0x0a, 0x03, 0xed, 0xa0, 0x80 },          /* a UTF-16 surrogate */
+                { 0x0a, 0x02, 0xe2, 0x82 },                /* a sequence cut short */
+        };
+        static const uint8_t fine[] = { 0x0a, 0x06, 0xc3, 0xa9, 0xe2, 0x82,
+                                        0xac, 'x',  0x12, 0x02, 0xff, 0xfe };
+        uint8_t *buf;
+
+        (void)state;
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                size_t len = 2 + bad[i][1];
+
+                buf = cs_xmalloc(len);
+                memcpy(buf, bad[i], len);
+                assert_int_equal(raw_unary(own_port, buf, len), GRPC_STATUS_INVALID_ARGUMENT);
+        }
+        buf = cs_xmalloc(sizeof(fine));
+        memcpy(buf, fine, sizeof(fine));
+        assert_int_equal(raw_unary(own_port, buf, sizeof(fine)), GRPC_STATUS_OK);
+}
+
 static void test_over_cap_rejected(void **state)
 {
         Test__V1__EchoRequest req = TEST__V1__ECHO_REQUEST__INIT;
@@ -683,6 +711,8 @@ static void test_bytes_field_malformed(void **state)
         static const uint8_t long_len[] = { 0x12, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 'x' };
         /* text with a NUL after the payload */
         static const uint8_t nul[] = { 0x12, 0x01, 'x', 0x0a, 0x03, 'a', 0x00, 'b' };
+        /* text that is not UTF-8 after the payload */
+        static const uint8_t not_utf8[] = { 0x12, 0x01, 'x', 0x0a, 0x02, 'a', 0xff };
         /* text, payload, count: fine */
         static const uint8_t fine[] = { 0x0a, 0x02, 'h', 'i', 0x12, 0x02, 0x00, 0x01, 0x18, 0x05 };
         Test__V1__EchoRequest req = TEST__V1__ECHO_REQUEST__INIT;
@@ -694,6 +724,7 @@ static void test_bytes_field_malformed(void **state)
         assert_int_equal(raw_bulk(group, sizeof(group)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(short_key, sizeof(short_key)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(nul, sizeof(nul)), GRPC_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(raw_bulk(not_utf8, sizeof(not_utf8)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(long_key, sizeof(long_key)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(long_len, sizeof(long_len)), GRPC_STATUS_INVALID_ARGUMENT);
         assert_int_equal(raw_bulk(fine, sizeof(fine)), GRPC_STATUS_OK);
@@ -963,6 +994,7 @@ int main(void)
                 cmocka_unit_test(test_16mib_both_ways),
                 cmocka_unit_test(test_over_cap_rejected),
                 cmocka_unit_test(test_nul_in_string_rejected),
+                cmocka_unit_test(test_invalid_utf8_in_string_rejected),
                 cmocka_unit_test(test_bytes_field_in_place),
                 cmocka_unit_test(test_bytes_field_from_slices),
                 cmocka_unit_test(test_bytes_field_malformed),

@@ -894,6 +894,22 @@ static void test_list_nonrecursive(void **state)
         expect_list(f, "zz", true, 0, "", false);
 }
 
+/* Names made inside the sandbox that are not UTF-8 (Linux allows any bytes) are left out of
+ * a listing, with what is under them: a proto3 string must be UTF-8 (docs/api.md). */
+static void test_list_skips_names_not_utf8(void **state)
+{
+        fx *f = *state;
+
+        mkdir_at(f->wsfd, "n");
+        write_file_at(f->wsfd, "n/ok.txt", "ok", 2, 0644);
+        write_file_at(f->wsfd, "n/bad\xff\xfe.txt", "x", 1, 0644);
+        mkdir_at(f->wsfd, "n/dir\xc0\xaf");
+        write_file_at(f->wsfd, "n/dir\xc0\xaf/inner", "x", 1, 0644);
+        write_file_at(f->wsfd, "n/caf\xc3\xa9", "x", 1, 0644);
+        expect_list(f, "n", false, 0, "caf\xc3\xa9,ok.txt", false);
+        expect_list(f, "n", true, 0, "caf\xc3\xa9,ok.txt", false);
+}
+
 static void test_list_default_and_cap(void **state)
 {
         fx *f = *state;
@@ -1647,6 +1663,7 @@ int main(void)
                 T(test_replace_atomic),
                 T(test_list_recursive),
                 T(test_list_nonrecursive),
+                T(test_list_skips_names_not_utf8),
                 T(test_list_default_and_cap),
                 T(test_list_depth_limit),
                 T(test_list_symlinks_not_followed),
