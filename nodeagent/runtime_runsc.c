@@ -156,12 +156,16 @@ static int write_json_file(const char *dir, const char *name, json_t *doc, cs_er
         _cleanup_free_ char *tmp = cs_xasprintf("%s/.%s.tmp", dir, name);
         _cleanup_free_ char *final = cs_xasprintf("%s/%s", dir, name);
 
-        if (json_dump_file(doc, tmp, JSON_INDENT(1)) < 0)
-                return cs_error_errno(err, errno ? errno : EIO, "cannot write %s", tmp);
+        /* The messages name the file, not the agent's directories: they may reach a client. */
+        if (json_dump_file(doc, tmp, JSON_INDENT(1)) < 0) {
+                int e = errno ? errno : EIO;
+                unlink(tmp);
+                return cs_error_errno(err, e, "cannot write the runtime's %s", name);
+        }
         if (rename(tmp, final) < 0) {
                 int e = errno;
                 unlink(tmp);
-                return cs_error_errno(err, e, "cannot rename %s", tmp);
+                return cs_error_errno(err, e, "cannot write the runtime's %s", name);
         }
         return 0;
 }
@@ -336,19 +340,29 @@ void rt_containers_free(rt_container *c, size_t n)
         free(c);
 }
 
+/* NULL when a string is not UTF-8 (jansson refuses it; the RPC layer already has, so this is
+ * a second line, never a silently dropped argument or environment entry). */
 static json_t *exec_process_json(const runsc *rs, const rt_exec_spec *spec)
 {
         json_t *args = json_array(), *env = json_array();
 
-        for (char *const *a = spec->argv; *a; a++)
-                json_array_append_new(args, json_string(*a));
-        for (char *const *e = spec->env; *e; e++)
-                json_array_append_new(env, json_string(*e));
+        for (char *const *a = spec->argv; *a; a++) {
+                if (json_array_append_new(args, json_string(*a)) < 0)
+                        goto bad;
+        }
+        for (char *const *e = spec->env; *e; e++) {
+                if (json_array_append_new(env, json_string(*e)) < 0)
+                        goto bad;
+        }
         return json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:{s:o, s:o, s:o}, s:o}", "terminal",
                          0, "user", "uid", 0, "gid", 0, "args", args, "env", env, "cwd", spec->cwd,
                          "capabilities", "bounding", strings_json(caps), "effective",
                          strings_json(caps), "permitted", strings_json(caps), "rlimits",
                          rlimits_json(rs->max_processes));
+bad:
+        json_decref(args);
+        json_decref(env);
+        return NULL;
 }
 
 /* The process spec goes in a file (--process) rather than on the command line, so that no
@@ -365,6 +379,11 @@ static int runsc_exec(runtime *rt, const rt_exec_spec *spec, rt_exec *ret, cs_er
         json_t *process = exec_process_json(rs, spec);
         const char *argv[RUNSC_MAX_ARGS];
         int r;
+
+        if (!process)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "the command, an argument, an environment entry or "
+                                    "working_dir is not valid UTF-8");
 
         cs_uuid_generate(id);
         name = cs_xasprintf("exec-%s.json", id);
