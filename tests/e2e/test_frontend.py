@@ -211,6 +211,40 @@ class FrontendTest(unittest.TestCase):
         listed = c.ls(self.sid, "", recursive=True, max_entries=1)
         self.assertTrue(listed.truncated)
 
+    def test_strings_must_be_utf8(self):
+        """A request string that is not UTF-8 is INVALID_ARGUMENT and changes nothing (a
+        WriteFile path of b"bad\\xff\\xfe" used to make a file that broke every strict
+        client's ListFiles); a name made inside the sandbox that is not UTF-8 is left out of
+        ListFiles."""
+        c = self.c
+        raw = lambda b: b  # noqa: E731 (requests serialized here, then corrupted)
+        raw_write = c.channel.unary_unary("/compute.v1.ComputeService/WriteFile",
+                                          request_serializer=raw,
+                                          response_deserializer=c.pb.WriteFileResponse.FromString)
+        raw_exec = c.channel.unary_stream("/compute.v1.ComputeService/ExecCommand",
+                                          request_serializer=raw,
+                                          response_deserializer=c.pb.ExecEvent.FromString)
+        bad = b"\xff\xfeZZ"
+        req = c.pb.WriteFileRequest(sandbox_id=self.sid, path="u8/ZZZZ.txt", data=b"x")
+        with self.assertRaises(grpc.RpcError) as cm:
+            raw_write(req.SerializeToString().replace(b"ZZZZ", bad), timeout=30)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("path is not valid UTF-8", cm.exception.details())
+        for kw in ({"command": "ZZZZ"}, {"command": "true", "args": ["ZZZZ"]},
+                   {"command": "true", "env": {"K": "ZZZZ"}},
+                   {"command": "true", "working_dir": "/ZZZZ"}):
+            with self.subTest(field=list(kw)[-1]):
+                req = c.pb.ExecCommandRequest(sandbox_id=self.sid, **kw)
+                with self.assertRaises(grpc.RpcError) as cm:
+                    list(raw_exec(req.SerializeToString().replace(b"ZZZZ", bad), timeout=30))
+                self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("not valid UTF-8", cm.exception.details())
+        c.exec(self.sid, "sh", "-c", "mkdir -p /workspace/u8 && cd /workspace/u8 && "
+               "touch ok \"$(printf 'bad\\377\\376')\" \"$(printf 'caf\\303\\251')\"")
+        out, _, _, _ = c.exec(self.sid, "ls", "/workspace/u8")
+        self.assertEqual(len(out.split()), 3, out)  # all three exist inside
+        self.assertEqual(sorted(e.path for e in c.ls(self.sid, "u8").entries), ["café", "ok"])
+
     def test_path_attacks(self):
         c = self.c
         c.exec(self.sid, "sh", "-c", "mkdir -p /workspace/pa/in && echo in > /workspace/pa/in/f && "
