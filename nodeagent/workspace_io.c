@@ -563,18 +563,49 @@ static mode_t create_mode(uint32_t mode)
         return mode ? (mode_t)(mode & 07777) : WS_DEFAULT_FILE_MODE;
 }
 
-/* Data to a temp file, owner and mode set on it, then renamed over the target. */
+/* Gives the unnamed (O_TMPFILE) file fd the name ".<name>.tmp-<hex>" in dfd, written to tmp
+ * (NAME_MAX + 1 bytes). Through /proc/self/fd: linkat's AT_EMPTY_PATH would need
+ * CAP_DAC_READ_SEARCH. */
+static int link_temp(int fd, int dfd, const char *name, char *tmp, const char *display,
+                     cs_error **err)
+{
+        int keep = NAME_MAX - 1 - 5 - 16;
+        char proc[64];
+
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        for (int i = 0; i < WS_TEMP_ATTEMPTS; i++) {
+                snprintf(tmp, NAME_MAX + 1, ".%.*s.tmp-%016llx", keep, name,
+                         (unsigned long long)random_u64());
+                if (linkat(AT_FDCWD, proc, dfd, tmp, AT_SYMLINK_FOLLOW) == 0)
+                        return 0;
+                if (errno != EEXIST && errno != EINTR)
+                        return cs_error_errno(err, errno, "'%s': cannot write", display);
+        }
+        return cs_error_set(err, GRPC_STATUS_ABORTED,
+                            "'%s': no free temporary file name next to it", display);
+}
+
+/* Data to a file with no name (O_TMPFILE), owner and mode set on it, then linked under a
+ * temporary name and renamed over the target: an agent killed while the data is written
+ * leaves nothing behind, and no one ever sees a partial file (the temporary name exists,
+ * complete, only between the link and the rename). Where the filesystem has no O_TMPFILE, a
+ * named temporary file from the start (a crash then leaves it). */
 static int write_replace(const ws_target *t, const char *display, const ws_data *data,
                          uint32_t mode, cs_error **err)
 {
-        char tmp[NAME_MAX + 1];
+        char tmp[NAME_MAX + 1] = "";
         _cleanup_close_ int fd = -1;
         mode_t fmode = t->fd >= 0 ? (t->st.st_mode & 07777) : create_mode(mode);
         int r;
 
-        fd = create_temp(t->dirfd, t->name, tmp, display, err);
-        if (fd < 0)
-                return -1;
+        fd = openat(t->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+                return cs_error_errno(err, errno, "'%s': cannot create a temporary file", display);
+        if (fd < 0) {
+                fd = create_temp(t->dirfd, t->name, tmp, display, err);
+                if (fd < 0)
+                        return -1;
+        }
         r = write_all(fd, data);
         if (r < 0) {
                 cs_error_errno(err, -r, "'%s': cannot write", display);
@@ -590,6 +621,8 @@ static int write_replace(const ws_target *t, const char *display, const ws_data 
                 cs_error_errno(err, errno, "'%s': cannot set the file's mode", display);
                 goto fail;
         }
+        if (!tmp[0] && link_temp(fd, t->dirfd, t->name, tmp, display, err) < 0)
+                goto fail;
         /* close() may report a deferred write error (NFS, quotas): before the rename. */
         if (close(TAKE_FD(fd)) < 0) {
                 cs_error_errno(err, errno, "'%s': cannot write", display);
@@ -605,7 +638,8 @@ static int write_replace(const ws_target *t, const char *display, const ws_data 
         }
         return 0;
 fail:
-        (void)unlinkat(t->dirfd, tmp, 0);
+        if (tmp[0])
+                (void)unlinkat(t->dirfd, tmp, 0);
         return -1;
 }
 
