@@ -11,13 +11,13 @@
 
 #include "kube_client.h"
 #include "path.h"
+#include "quantity.h"
 #include "sandbox_limits.h"
 #include "usage_json.h"
 #include "util.h"
 
 #define KEEPALIVE         "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 #define IMAGE_MAX         1024
-#define QUANTITY_MAX      32
 #define STORAGE_CLASS_MAX 253
 
 /* A valid label value: at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends
@@ -153,30 +153,13 @@ const char *kobj_workspace_mount_path(json_t *pod)
         return NULL;
 }
 
-/* A Kubernetes quantity as a PVC size takes it: digits, an optional fraction, an optional
- * binary or decimal suffix ("10Gi", "500M", "1.5Ti"). */
+/* A Kubernetes quantity as a PVC size takes it ("10Gi", "500M", "1.5Ti"): the one parser,
+ * shared/quantity.c, says whether it is one. */
 bool kobj_quantity_ok(const char *s)
 {
-        static const char *const suffixes[] = { "",  "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
-                                                "k", "M",  "G",  "T",  "P",  "E" };
-        const char *p = s;
+        uint64_t bytes;
 
-        if (strlen(s) > QUANTITY_MAX || !isdigit((unsigned char)*p))
-                return false;
-        while (isdigit((unsigned char)*p))
-                p++;
-        if (*p == '.') {
-                p++;
-                if (!isdigit((unsigned char)*p))
-                        return false;
-                while (isdigit((unsigned char)*p))
-                        p++;
-        }
-        for (size_t i = 0; i < ARRAY_SIZE(suffixes); i++) {
-                if (strcmp(p, suffixes[i]) == 0)
-                        return true;
-        }
-        return false;
+        return cs_quantity_parse(s, &bytes) == 0;
 }
 
 /* A DNS subdomain name (what a StorageClass is named by). */
