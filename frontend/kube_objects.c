@@ -153,12 +153,13 @@ const char *kobj_workspace_mount_path(json_t *pod)
         return NULL;
 }
 
-/* A Kubernetes quantity as a PVC size takes it ("10Gi", "500M", "1.5Ti"; shared/quantity.h). */
+/* A Kubernetes quantity as a PVC size takes it ("10Gi", "500M", "1.5Ti"): the one parser,
+ * shared/quantity.c, says whether it is one. */
 bool kobj_quantity_ok(const char *s)
 {
         uint64_t bytes;
 
-        return cs_quantity_bytes(s, &bytes) == 0;
+        return cs_quantity_parse(s, &bytes) == 0;
 }
 
 /* A DNS subdomain name (what a StorageClass is named by). */

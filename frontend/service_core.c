@@ -36,26 +36,26 @@ static int check_id(const char *name, const char *v, cs_error **err)
         return 0;
 }
 
-static int check_path(const char *path, bool allow_empty, cs_error **err)
-{
-        if (!allow_empty && !path[0])
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "path is empty");
-        return 0;
-}
-
-/* WorkspaceSpec.size: empty (the default) or a quantity within the documented range. */
+/* WorkspaceSpec.size, when set: a quantity within the bounds of sandbox_limits.h. */
 static int check_workspace_size(const char *size, cs_error **err)
 {
         uint64_t bytes;
 
         if (!size || !size[0])
                 return 0;
-        if (cs_quantity_bytes(size, &bytes) < 0)
+        if (cs_quantity_parse(size, &bytes) < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "workspace size '%.40s' is not a quantity like 10Gi", size);
         if (bytes < CS_MIN_WORKSPACE_BYTES || bytes > CS_MAX_WORKSPACE_BYTES)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "workspace size %s is outside 1Mi..16Ti", size);
+                                    "workspace size '%.40s' must be 16Mi..1Ti", size);
+        return 0;
+}
+
+static int check_path(const char *path, bool allow_empty, cs_error **err)
+{
+        if (!allow_empty && !path[0])
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "path is empty");
         return 0;
 }
 
@@ -65,13 +65,12 @@ int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe
         fe_spec s = *spec;
 
         if (check_id("tenant_id", spec->tenant_id, err) < 0 ||
-            check_id("session_id", spec->session_id, err) < 0)
+            check_id("session_id", spec->session_id, err) < 0 ||
+            check_workspace_size(spec->size, err) < 0)
                 return -1;
         if (spec->max_runtime_ms < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "limits.max_runtime is negative");
-        if (check_workspace_size(spec->size, err) < 0)
-                return -1;
         if (!s.image || !s.image[0])
                 s.image = svc->default_image;
         return svc->sched->ops->create(svc->sched, &s, ctx, ret, err);

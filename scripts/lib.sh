@@ -9,7 +9,7 @@ CS_PACKAGES=(
         libgrpc-dev libprotobuf-dev protobuf-compiler
         protobuf-c-compiler libprotobuf-c-dev
         libcmocka-dev libjansson-dev libcurl4-openssl-dev libyaml-dev libssl-dev libarchive-dev
-        openssl mmdebstrap busybox-static
+        openssl mmdebstrap busybox-static e2fsprogs
         python3 python3-grpcio python3-protobuf python3-yaml
 )
 # The fuzz targets' libFuzzer build (tests/fuzz/, a ctest fixture of its own): test-only, not

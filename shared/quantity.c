@@ -1,72 +1,71 @@
-/* Kubernetes quantities as sizes in bytes (quantity.h). */
-#include <stdbool.h>
+/* Kubernetes quantities as byte counts: see quantity.h. Pure. */
+#include "quantity.h"
+
 #include <string.h>
 
-#include "quantity.h"
-#include "util.h"
+/* More fraction digits than a byte count can use (1 Ei is 1.15e18 bytes). */
+#define FRAC_DIGITS_MAX 18
 
-#define FRACTION_DIGITS_MAX 9 /* 10^9 * the largest multiplier (2^60) still fits in 128 bits */
+typedef struct {
+        const char *name;
+        uint64_t mult;
+} suffix;
 
-static bool suffix_multiplier(const char *s, uint64_t *ret)
+static const suffix suffixes[] = {
+        { "", 1ull },
+        { "Ki", 1ull << 10 },
+        { "Mi", 1ull << 20 },
+        { "Gi", 1ull << 30 },
+        { "Ti", 1ull << 40 },
+        { "Pi", 1ull << 50 },
+        { "Ei", 1ull << 60 },
+        { "k", 1000ull },
+        { "M", 1000000ull },
+        { "G", 1000000000ull },
+        { "T", 1000000000000ull },
+        { "P", 1000000000000000ull },
+        { "E", 1000000000000000000ull },
+};
+
+static int is_digit(char c)
 {
-        static const struct {
-                const char *suffix;
-                uint64_t mult;
-        } table[] = {
-                { "", 1ull },
-                { "Ki", 1ull << 10 },
-                { "Mi", 1ull << 20 },
-                { "Gi", 1ull << 30 },
-                { "Ti", 1ull << 40 },
-                { "Pi", 1ull << 50 },
-                { "Ei", 1ull << 60 },
-                { "k", 1000ull },
-                { "M", 1000ull * 1000 },
-                { "G", 1000ull * 1000 * 1000 },
-                { "T", 1000ull * 1000 * 1000 * 1000 },
-                { "P", 1000ull * 1000 * 1000 * 1000 * 1000 },
-                { "E", 1000ull * 1000 * 1000 * 1000 * 1000 * 1000 },
-        };
-
-        for (size_t i = 0; i < ARRAY_SIZE(table); i++) {
-                if (strcmp(s, table[i].suffix) == 0) {
-                        *ret = table[i].mult;
-                        return true;
-                }
-        }
-        return false;
+        return c >= '0' && c <= '9';
 }
 
-int cs_quantity_bytes(const char *s, uint64_t *ret)
+int cs_quantity_parse(const char *s, uint64_t *ret_bytes)
 {
-        unsigned __int128 whole = 0, frac = 0, scale = 1, total;
-        uint64_t mult;
+        unsigned __int128 whole = 0, frac = 0, scale = 1, v;
         const char *p = s;
-        size_t n_frac = 0;
+        uint64_t mult = 0;
 
-        if (strnlen(s, CS_QUANTITY_MAX + 1) > CS_QUANTITY_MAX || *p < '0' || *p > '9')
+        if (!s || strlen(s) > CS_QUANTITY_MAX || !is_digit(*p))
                 return -1;
-        for (; *p >= '0' && *p <= '9'; p++) {
+        for (; is_digit(*p); p++)
                 whole = whole * 10 + (unsigned)(*p - '0');
-                if (whole > UINT64_MAX)
-                        return -1;
-        }
         if (*p == '.') {
                 p++;
-                if (*p < '0' || *p > '9')
+                if (!is_digit(*p))
                         return -1;
-                for (; *p >= '0' && *p <= '9'; p++) {
-                        if (++n_frac > FRACTION_DIGITS_MAX)
+                for (int n = 0; is_digit(*p); p++) {
+                        if (++n > FRAC_DIGITS_MAX)
                                 return -1;
                         frac = frac * 10 + (unsigned)(*p - '0');
                         scale *= 10;
                 }
         }
-        if (!suffix_multiplier(p, &mult))
+        for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+                if (strcmp(p, suffixes[i].name) == 0) {
+                        mult = suffixes[i].mult;
+                        break;
+                }
+        }
+        if (mult == 0 || whole > UINT64_MAX)
                 return -1;
-        total = whole * mult + (frac * mult + scale - 1) / scale;
-        if (total > UINT64_MAX)
+        /* whole <= 2^64 and mult <= 2^60; frac < scale <= 10^18 (FRAC_DIGITS_MAX): every
+         * product below fits in 128 bits. */
+        v = whole * mult + (frac * mult + scale - 1) / scale;
+        if (v > UINT64_MAX)
                 return -1;
-        *ret = (uint64_t)total;
+        *ret_bytes = (uint64_t)v;
         return 0;
 }

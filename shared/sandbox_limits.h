@@ -26,7 +26,8 @@
 /* WorkspaceSpec.mount_path when empty. */
 #define CS_DEFAULT_MOUNT_PATH "/workspace"
 
-/* WorkspaceSpec.size (a Kubernetes quantity, shared/quantity.h): the range accepted. The
- * default when empty is the frontend's --pvc-workspace-size (10Gi). */
-#define CS_MIN_WORKSPACE_BYTES (1ull << 20)
-#define CS_MAX_WORKSPACE_BYTES (16ull << 40)
+/* WorkspaceSpec.size: the value when empty, and the range accepted (a Kubernetes quantity,
+ * parsed by quantity.h; the frontend's --pvc-workspace-size default is the same 10Gi). */
+#define CS_DEFAULT_WORKSPACE_SIZE "10Gi"
+#define CS_MIN_WORKSPACE_BYTES    (16ull << 20)
+#define CS_MAX_WORKSPACE_BYTES    (1ull << 40)

@@ -295,7 +295,7 @@ static void test_create_checks_max_runtime(void **state)
         fe_view_clear(&v);
 }
 
-/* WorkspaceSpec.size: a quantity within 1Mi..16Ti, or empty for the default; the attack pass
+/* WorkspaceSpec.size: a quantity within 16Mi..1Ti, or empty for the default; the attack pass
  * saw "garbage" accepted. */
 static void test_create_checks_workspace_size(void **state)
 {
@@ -308,10 +308,10 @@ static void test_create_checks_workspace_size(void **state)
         assert_create_refused(w, &s, "workspace size 'garbage' is not a quantity like 10Gi");
         s.size = "-1Gi";
         assert_create_refused(w, &s, "workspace size '-1Gi' is not a quantity like 10Gi");
-        s.size = "100Ki";
-        assert_create_refused(w, &s, "workspace size 100Ki is outside 1Mi..16Ti");
-        s.size = "17Ti";
-        assert_create_refused(w, &s, "workspace size 17Ti is outside 1Mi..16Ti");
+        s.size = "15Mi";
+        assert_create_refused(w, &s, "workspace size '15Mi' must be 16Mi..1Ti");
+        s.size = "1025Gi";
+        assert_create_refused(w, &s, "workspace size '1025Gi' must be 16Mi..1Ti");
         s.size = "100Mi";
         assert_int_equal(fe_service_create(&w->svc, &s, &w->ctx, &v, &err), 0);
         assert_string_equal(w->f.last_spec.size, "100Mi");

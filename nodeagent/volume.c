@@ -1,0 +1,155 @@
+/* Workspace volumes: see volume.h. Owns the image files, loop devices and mounts it makes. */
+#include "volume.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/loop.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util.h"
+
+extern char **environ;
+
+static int run_mkfs(const char *image, cs_error **err)
+{
+        char *const argv[] = { "mkfs.ext4",
+                               "-q",
+                               "-F",
+                               "-m",
+                               "0",
+                               "-E",
+                               "lazy_itable_init=0,lazy_journal_init=0",
+                               (char *)image,
+                               NULL };
+        pid_t pid;
+        int rc, status;
+
+        rc = posix_spawnp(&pid, "mkfs.ext4", NULL, NULL, argv, environ);
+        if (rc != 0)
+                return cs_error_errno(err, rc, "volume: cannot run mkfs.ext4");
+        while (waitpid(pid, &status, 0) < 0) {
+                if (errno != EINTR)
+                        return cs_error_errno(err, errno, "volume: waitpid mkfs.ext4");
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "volume: mkfs.ext4 failed (status %d)", status);
+        return 0;
+}
+
+/* Attaches backing to a free loop device (autoclear: it detaches when its mount goes);
+ * returns the device's fd, or -1. */
+static int loop_attach(int backing, char *ret_dev, size_t dev_len, cs_error **err)
+{
+        _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+        struct loop_config cfg = { .fd = (uint32_t)backing,
+                                   .info = { .lo_flags = LO_FLAGS_AUTOCLEAR } };
+
+        if (ctl < 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "volume: no loop devices (/dev/loop-control: %s)",
+                                    strerror(errno));
+        /* Another process may take the free device between the two calls: try again. */
+        for (int tries = 0; tries < 16; tries++) {
+                int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+                int fd;
+
+                if (n < 0)
+                        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                            "volume: no free loop device: %s", strerror(errno));
+                snprintf(ret_dev, dev_len, "/dev/loop%d", n);
+                fd = open(ret_dev, O_RDWR | O_CLOEXEC);
+                if (fd < 0)
+                        return cs_error_errno(err, errno, "volume: open %s", ret_dev);
+                if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0)
+                        return fd;
+                close(fd);
+                if (errno != EBUSY)
+                        return cs_error_errno(err, errno, "volume: LOOP_CONFIGURE %s", ret_dev);
+        }
+        return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "volume: loop devices busy");
+}
+
+int vol_create(const char *image, uint64_t size, const char *mountpoint, cs_error **err)
+{
+        _cleanup_close_ int backing = -1, loop = -1;
+        char dev[64];
+
+        backing = open(image, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (backing < 0)
+                return cs_error_errno(err, errno, "volume: create %s", image);
+        if (ftruncate(backing, (off_t)size) < 0) {
+                cs_error_errno(err, errno, "volume: size %s", image);
+                goto fail;
+        }
+        if (run_mkfs(image, err) < 0)
+                goto fail;
+        loop = loop_attach(backing, dev, sizeof(dev), err);
+        if (loop < 0)
+                goto fail;
+        if (mount(dev, mountpoint, "ext4", MS_NODEV | MS_NOSUID, NULL) < 0) {
+                cs_error_errno(err, errno, "volume: mount %s at %s", dev, mountpoint);
+                ioctl(loop, LOOP_CLR_FD, 0);
+                goto fail;
+        }
+        /* Closing loop now leaves the mount as the device's only user: autoclear frees the
+         * device when the mount goes. */
+        return 0;
+fail:
+        unlink(image);
+        return -1;
+}
+
+bool vol_mounted(const char *mountpoint)
+{
+        struct stat st, parent;
+        _cleanup_free_ char *up = cs_xasprintf("%s/..", mountpoint);
+
+        return stat(mountpoint, &st) == 0 && stat(up, &parent) == 0 && st.st_dev != parent.st_dev;
+}
+
+int vol_remove(const char *image, const char *mountpoint, cs_error **err)
+{
+        if (vol_mounted(mountpoint) && umount2(mountpoint, UMOUNT_NOFOLLOW) < 0)
+                return cs_error_errno(err, errno, "volume: unmount %s", mountpoint);
+        if (unlink(image) < 0 && errno != ENOENT)
+                return cs_error_errno(err, errno, "volume: remove %s", image);
+        return 0;
+}
+
+int vol_io_bytes(const char *mountpoint, uint64_t *ret_read, uint64_t *ret_written, cs_error **err)
+{
+        uint64_t f[7];
+        struct stat st;
+        char path[96];
+        FILE *fp;
+        int n;
+
+        if (stat(mountpoint, &st) < 0)
+                return cs_error_errno(err, errno, "volume: stat %s", mountpoint);
+        snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+                 minor(st.st_dev));
+        fp = fopen(path, "re");
+        if (!fp)
+                return cs_error_errno(err, errno, "volume: %s", path);
+        /* reads, merges, sectors read, ms, writes, merges, sectors written, ... */
+        n = fscanf(fp,
+                   "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+                   " %" SCNu64,
+                   &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6]);
+        fclose(fp);
+        if (n != 7)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "volume: %s unreadable", path);
+        *ret_read = f[2] * 512;
+        *ret_written = f[6] * 512;
+        return 0;
+}

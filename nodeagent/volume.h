@@ -1,0 +1,27 @@
+/* A workspace volume (local mode): a sparse image file with its own ext4 filesystem, on a loop
+ * device, mounted nodev,nosuid at the workspace directory, so a workspace holds no more than
+ * its size. Owns the image file, the loop device and the mount it makes; touches nothing else.
+ * Not wired into the registry yet (issue 12, step 2). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* Makes image (must not exist) of size bytes, an ext4 filesystem on it (no reserved blocks,
+ * inode tables and journal initialised now, not lazily), attaches it to a free loop device
+ * with autoclear, and mounts it at mountpoint (an existing directory). On failure, leaves no
+ * image, loop device or mount. No loop devices: FAILED_PRECONDITION, no fallback. */
+int vol_create(const char *image, uint64_t size, const char *mountpoint, cs_error **err);
+
+/* Unmounts mountpoint if something is mounted there (the loop device then detaches itself)
+ * and removes image if it exists. Idempotent. */
+int vol_remove(const char *image, const char *mountpoint, cs_error **err);
+
+/* Whether a volume is mounted at mountpoint (after an agent restart: the kernel kept it). */
+bool vol_mounted(const char *mountpoint);
+
+/* The bytes read and written on the block device mounted at mountpoint, since it was
+ * attached (/sys/dev/block/M:m/stat, sectors x 512). */
+int vol_io_bytes(const char *mountpoint, uint64_t *ret_read, uint64_t *ret_written, cs_error **err);
