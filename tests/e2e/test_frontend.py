@@ -59,6 +59,11 @@ class FrontendTest(unittest.TestCase):
         arc, tail = cls.agent.cleanup()
         if rc != 0 or arc != 0:
             raise AssertionError(f"frontend exited {rc}, agent {arc}:\n{log[-3000:]}\n{tail}")
+        # ctest shows this only when the test failed (--output-on-failure): what tells why.
+        warnings = [line for line in log.splitlines() if "warn" in line or "error" in line]
+        print("--- frontend warnings ---\n" + "\n".join(warnings[-60:]) +
+              f"\n--- frontend log (end) ---\n{log[-3000:]}\n--- agent log (end) ---\n{tail}",
+              file=sys.stderr)
 
     def new_session(self):
         return "tenant-" + uuid.uuid4().hex[:8], "session-" + uuid.uuid4().hex[:8]

@@ -7,11 +7,11 @@
 # SOURCES are the project files under test, relative to the repository root: only what the
 # target calls (no daemon, no gRPC server). PKGS are the pkg-config modules they link with.
 # PROTO links the protobuf-c code generated from proto/ (compiled in the fuzz build itself).
-cs_fuzz_target(rpc_wire SOURCES shared/rpc_codec.c shared/error.c shared/util.c
+cs_fuzz_target(rpc_wire SOURCES shared/rpc_codec.c shared/utf8.c shared/error.c shared/util.c
                PKGS grpc openssl libprotobuf-c PROTO)
 cs_fuzz_target(kube_bundle SOURCES nodeagent/kube_bundle.c shared/error.c shared/util.c
                PKGS jansson)
-cs_fuzz_target(ws_path SOURCES nodeagent/workspace_io.c shared/error.c shared/util.c)
+cs_fuzz_target(ws_path SOURCES nodeagent/workspace_io.c shared/utf8.c shared/error.c shared/util.c)
 cs_fuzz_target(kube_watch SOURCES frontend/kube_framer.c shared/error.c shared/util.c PKGS jansson)
 cs_fuzz_target(kubeconfig SOURCES frontend/kube_config.c shared/base64.c shared/error.c shared/util.c
                PKGS jansson yaml-0.1)
