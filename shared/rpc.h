@@ -42,8 +42,8 @@
 /* Defaults for rpc_server_options. */
 #define RPC_DEFAULT_MAX_CALLS 256
 /* Distinct peers counted at once for the per-peer share; a peer beyond them is refused. */
-#define RPC_MAX_PEERS 4096
-#define RPC_DEFAULT_GRACE_MS  10000
+#define RPC_MAX_PEERS        4096
+#define RPC_DEFAULT_GRACE_MS 10000
 
 /* Request ids: taken from the caller's x-request-id metadata when it is sane, made up
  * otherwise, passed on to calls made with a parent, and logged with every line. */
@@ -95,7 +95,8 @@ typedef struct rpc_server_options {
         const char *listen; /* "host:port"; port 0 picks a free one (see rpc_server_port) */
         unsigned max_calls; /* calls running at once; more get RESOURCE_EXHAUSTED. 0: default */
         /* Calls one peer (rpc_peer_key) may run at once, so that a greedy peer is refused
-         * before it fills max_calls for everyone. 0: no per-peer share (max_calls). Capped at max_calls. */
+         * before it fills max_calls for everyone. 0: no per-peer share (max_calls). Capped at
+         * max_calls. */
         unsigned max_calls_per_peer;
         int64_t grace_ms;   /* how long shutdown lets calls finish before cancelling them */
         size_t max_message; /* 0: RPC_MAX_MESSAGE_BYTES */
