@@ -787,6 +787,7 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
 {
         rpc_server *srv = cs_xcalloc(1, sizeof(*srv));
         pthread_condattr_t ca;
+        unsigned share;
         grpc_arg args[RPC_N_SIZE_ARGS + 2];
         grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
 
@@ -795,8 +796,13 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
         srv->tls_key = opts->tls_key_pem ? cs_xstrdup(opts->tls_key_pem) : NULL;
         srv->tls_ca = opts->tls_ca_pem ? cs_xstrdup(opts->tls_ca_pem) : NULL;
         srv->max_calls = opts->max_calls ? opts->max_calls : RPC_DEFAULT_MAX_CALLS;
-        srv->peer_share = cs_share_new(rpc_peer_share(srv->max_calls, opts->max_calls_per_peer),
-                                       RPC_MAX_PEERS);
+        /* A share of every call is no share (the global cap refuses first): no table to scan
+         * per call then. Each peer in the table holds a call in flight, so it never needs
+         * more entries than max_calls. */
+        share = rpc_peer_share(srv->max_calls, opts->max_calls_per_peer);
+        srv->peer_share =
+                cs_share_new(share < srv->max_calls ? share : 0,
+                             srv->max_calls < RPC_MAX_PEERS ? srv->max_calls : RPC_MAX_PEERS);
         srv->grace_ms = opts->grace_ms >= 0 ? opts->grace_ms : RPC_DEFAULT_GRACE_MS;
         srv->max_message = (int)(opts->max_message ? opts->max_message : RPC_MAX_MESSAGE_BYTES);
         pthread_mutex_init(&srv->lock, NULL);
