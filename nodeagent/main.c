@@ -187,6 +187,7 @@ typedef struct agent {
         sb_registry *reg;
         source *src; /* where sandboxes come from: picked once, here */
         char *runtime_version;
+        na_capacity capacity; /* the node's, read once: GetAgentInfo and admission control */
         char hostname[256];
 } agent;
 
@@ -222,10 +223,10 @@ static int agent_open(agent *a, cs_error **err)
                          .max_sandboxes = (uint32_t)max_sandboxes,
                          .kube = kube };
 
+        if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &a->capacity, err) < 0)
+                return -1;
         if (!kube && cpu_overcommit_pct && memory_overcommit_pct) {
-                if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &sc.capacity, err) <
-                    0)
-                        return -1;
+                sc.capacity = a->capacity;
                 sc.capacity.cpu_overcommit = (double)cpu_overcommit_pct / 100;
                 sc.capacity.memory_overcommit = (double)memory_overcommit_pct / 100;
                 log_info("admission: %" PRIu64 " MiB, %" PRIu32 "m CPU; overcommit %.2f (memory), "
@@ -273,9 +274,8 @@ static int agent_register(agent *a, rpc_server *srv, cs_error **err)
                 .version = AGENT_VERSION,
                 .runtime_version = a->runtime_version,
                 .started_at_ms = cs_now_realtime_ms(),
-                .cpu_millis_capacity = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN) * 1000,
-                .memory_bytes_capacity =
-                        (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE),
+                .cpu_millis_capacity = a->capacity.cpu_millis,
+                .memory_bytes_capacity = a->capacity.memory_bytes,
         };
 
         gethostname(a->hostname, sizeof(a->hostname) - 1);
