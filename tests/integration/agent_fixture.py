@@ -80,7 +80,22 @@ class AgentProcess:
         return self.proc.returncode
 
     def restart(self):
+        """Starts the agent again and waits until it answers a call: the client's channel
+        may still hold the connection of the agent that died, whose first use fails with
+        UNAVAILABLE "Socket closed". (An agent serving mutual TLS only is not called.)"""
         self.start()
+        if "--tls-cert" in self.extra:
+            return
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.client.ListSandboxes(self.client.pb.ListSandboxesRequest(), timeout=5,
+                                          wait_for_ready=True)
+                return
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def log(self):
         with open(self.log_path, "rb") as f:
