@@ -34,7 +34,7 @@
 static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
-static char *pod_namespaces, *volume_root;
+static char *pod_namespaces, *volume_root, *listen_group;
 static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
 static int64_t cpu_overcommit_pct, memory_overcommit_pct;
 
@@ -43,6 +43,11 @@ static int64_t cpu_overcommit_pct, memory_overcommit_pct;
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_AGENT_LISTEN", "127.0.0.1:50052"),
         CS_SERVER_TLS_OPTIONS(cfg),
+        { "listen-group", "COMPUTE_AGENT_LISTEN_GROUP", CS_OPT_STRING, "",
+          "With --listen unix:PATH: the group that may connect too (an unprivileged frontend's): "
+          "the socket is 0660 and its directory 0710 (search only), both of that group; the "
+          "directories above must let it search. Empty: only this agent's user (0600, 0700).",
+          &listen_group, 0, 0 },
         { "mode", "COMPUTE_AGENT_MODE", CS_OPT_STRING, "local",
           "local: the agent creates and records the sandboxes itself; kube: the kubelet makes "
           "them (gVisor pods) and the agent finds a pod's container under --runsc-root from "
@@ -298,6 +303,8 @@ int main(int argc, char **argv)
                 r = cs_daemon_setup_logging(&cfg, &err);
         if (r == 0)
                 r = cs_daemon_check_server_tls(&cfg, &err);
+        if (r == 0 && cs_daemon_set_listen_group(listen_group, &err) < 0)
+                r = -1;
         if (r != 0) {
                 if (err)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);

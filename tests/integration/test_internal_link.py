@@ -75,6 +75,48 @@ class InternalLinkTest(Daemons, unittest.TestCase):
         self.assertEqual(agent.wait(timeout=30), 0, self.log("agent.log"))
         self.assertFalse(os.path.exists(self.sock))
 
+    def connect_as(self, uid, gid):
+        """Connects to the socket as uid:gid with no other group: the child's status, stderr."""
+        r = subprocess.run(
+            ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+             "/usr/bin/python3", "-c",
+             "import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+             f"s.connect({self.sock!r})"],
+            capture_output=True, text=True, timeout=20)
+        return r.returncode, r.stderr
+
+    def test_listen_group_connects_and_no_one_else(self):
+        os.chmod(self.dir, 0o711)  # others may search down to the state directory
+        os.makedirs(self.state, mode=0o711)
+        # A run/ directory left 0700 by an earlier start without a group is taken over.
+        os.makedirs(os.path.dirname(self.sock), mode=0o700)
+        agent = self.start("compute-nodeagent", "--listen", self.address, "--listen-group",
+                           "nogroup", "--state-dir", self.state, "--images-dir", IMAGES_DIR,
+                           "--shutdown-grace-ms", "3000")
+        self.assertEqual(self.wait_serving(self.address, agent, "agent.log"), "SERVING")
+        for path, mode in ((self.sock, 0o660), (os.path.dirname(self.sock), 0o710)):
+            st = os.lstat(path)
+            self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid), (mode, 0, 65534))
+        self.assertIn("(mode 0660, group nogroup)", self.log("agent.log"))
+        self.assertEqual(self.connect_as(65534, 65534), (0, ""))  # the group's
+        rc, stderr = self.connect_as(65534, 1)  # the same uid in another group
+        self.assertNotEqual(rc, 0)
+        self.assertIn("PermissionError", stderr)
+        agent.terminate()
+        self.assertEqual(agent.wait(timeout=30), 0, self.log("agent.log"))
+        # Without the group again, the directory goes back to 0700.
+        agent = self.start_agent()
+        self.wait_serving(self.address, agent, "agent.log")
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(self.sock)).st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE(os.lstat(self.sock).st_mode), 0o600)
+
+    def test_listen_group_refused(self):
+        for group, why in (("root", "the root group is not"), ("no-such-group-x", "no such group")):
+            p = self.start("compute-nodeagent", "--listen", self.address, "--listen-group", group,
+                           "--state-dir", self.state, "--images-dir", IMAGES_DIR)
+            self.assertNotEqual(p.wait(timeout=30), 0)
+            self.assertIn(why, self.log("agent.log"))
+
     def test_stale_socket_does_not_stop_a_restart(self):
         agent = self.start_agent()
         self.wait_serving(self.address, agent, "agent.log")

@@ -1,8 +1,10 @@
 """./scripts/run serves grpc.health.v1.Health/Check = SERVING on both addresses and stops both
 programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group). By default
-the agent listens on a Unix socket in the state directory (0600, in a 0700 directory), not on
-TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP. A daemon killed with SIGKILL is restarted
-(logged with its exit status and the delay) and serves again; SIGTERM then leaves nothing.
+the agent listens on a Unix socket in the state directory (0660, in a 0710 directory, both of
+the frontend's group), not on TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP. The
+frontend runs as the user compute-frontend with no capabilities. A daemon killed with SIGKILL
+is restarted (logged with its exit status and the delay) and serves again, the unprivileged
+frontend reaching the restarted agent; SIGTERM then leaves nothing.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
 import os
@@ -14,6 +16,9 @@ import sys
 import tempfile
 import time
 import unittest
+
+import grp
+import pwd
 
 import grpc
 
@@ -38,6 +43,8 @@ class RunScriptTest(unittest.TestCase):
     def setUp(self):
         self.health = Health(BUILD_DIR)
         self.state = tempfile.TemporaryDirectory()
+        # The unprivileged frontend must be able to search down to the agent's socket.
+        os.chmod(self.state.name, 0o711)
         self.fport, self.aport = free_port(), free_port()
         self.sock = os.path.join(self.state.name, "state", "run", "agent.sock")
         env = dict(os.environ,
@@ -107,13 +114,16 @@ class RunScriptTest(unittest.TestCase):
     def test_sigterm_default_link(self):
         front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
         self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
-        self.assertEqual(stat.S_IMODE(os.lstat(self.sock).st_mode), 0o600)
-        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(self.sock)).st_mode), 0o700)
+        gid = grp.getgrnam("compute-frontend").gr_gid
+        for path, mode in ((self.sock, 0o660), (os.path.dirname(self.sock), 0o710)):
+            st = os.lstat(path)
+            self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid), (mode, 0, gid))
         self.assertFalse(port_open(self.aport), "the agent listens on TCP too")
         self.assertEqual(self.wait_serving(front, "compute.v1.ComputeService"), "SERVING")
+        self.check_frontend_unprivileged()
         self.proc.send_signal(signal.SIGTERM)
         self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
-        self.assertIn(f"serving on {agent} (mode 0600)", self.output())
+        self.assertIn(f"serving on {agent} (mode 0660, group compute-frontend)", self.output())
         self.assertFalse(os.path.exists(self.sock), "socket left behind")
         self.assertFalse(port_open(self.fport), "frontend still listening")
 
@@ -138,6 +148,41 @@ class RunScriptTest(unittest.TestCase):
         self.assertEqual(len(pids), 1, f"{comm}: {pids}\n{self.output()}")
         return pids[0]
 
+    def check_frontend_unprivileged(self):
+        """Every thread of the frontend runs as compute-frontend with no capability."""
+        uid = pwd.getpwnam("compute-frontend").pw_uid
+        pid = self.daemon_pid("compute-fronten")
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    st = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
+            self.assertEqual(st["Uid"].split(), [str(uid)] * 4, tid)
+            for cap in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
+                self.assertEqual(int(st[cap], 16), 0, f"{tid} {cap}")
+            self.assertEqual(st["NoNewPrivs"].strip(), "1", tid)
+
+    def describe_not_found(self, front):
+        """DescribeSandbox of an unknown id is NOT_FOUND: the frontend asked its agent."""
+        sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
+        from compute.v1 import compute_pb2  # noqa: E402 (generated at build time)
+        with grpc.insecure_channel(front) as ch:
+            describe = ch.unary_unary(
+                "/compute.v1.ComputeService/DescribeSandbox",
+                request_serializer=compute_pb2.DescribeSandboxRequest.SerializeToString,
+                response_deserializer=compute_pb2.DescribeSandboxResponse.FromString)
+            deadline = time.monotonic() + 20
+            while True:  # until the frontend's poll has seen a restarted agent again
+                with self.assertRaises(grpc.RpcError) as cm:
+                    describe(compute_pb2.DescribeSandboxRequest(
+                        sandbox_id="3f0c1a4e-0d6b-4c59-9a51-2b7a8f0e6d11"), timeout=20)
+                if cm.exception.code() == grpc.StatusCode.NOT_FOUND:
+                    return
+                if time.monotonic() > deadline:
+                    self.fail(f"{cm.exception}\n{self.output()}")
+                time.sleep(0.1)
+
     def test_supervises_kill_9_default_link(self):
         front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
         self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
@@ -160,6 +205,9 @@ class RunScriptTest(unittest.TestCase):
                 time.sleep(0.1)
             name = "compute-nodeagent" if comm == "compute-nodeage" else "compute-frontend"
             self.assertIn(f"{name} exited (status 137); restarting it in 1 s", self.output())
+            # The unprivileged frontend reaches the restarted agent's new socket.
+            self.describe_not_found(front)
+            self.check_frontend_unprivileged()
         self.proc.send_signal(signal.SIGTERM)
         self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
         self.assertEqual(self.session(), {}, "processes left behind")
