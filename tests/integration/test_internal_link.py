@@ -212,8 +212,11 @@ class InternalLinkTest(Daemons, unittest.TestCase):
         self.assertEqual(st["NoNewPrivs"].strip(), "1")
         # Every thread, gRPC's too, runs as nobody with no capabilities.
         for tid in os.listdir(f"/proc/{fe.pid}/task"):
-            with open(f"/proc/{fe.pid}/task/{tid}/status") as f:
-                t = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+            try:
+                with open(f"/proc/{fe.pid}/task/{tid}/status") as f:
+                    t = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
             self.assertEqual(t["Uid"].split(), ["65534"] * 4, tid)
             self.assertEqual(int(t["CapEff"], 16), 0, tid)
             self.assertEqual(int(t["CapPrm"], 16), 0, tid)
