@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "health.h"
+#include "privs.h"
 #include "signals.h"
 #include "util.h"
 
@@ -343,12 +344,8 @@ int cs_daemon_set_user(const char *user, cs_error **err)
         /* Now, while this is the only thread: the bounding set and no_new_privs are per
          * thread and inherited, so every thread made later has them too. Neither takes away
          * what this process may do now (bind, read its TLS files). */
-        for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++) {
-                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
-                        return cs_error_errno(err, errno, "cannot drop capability %d", cap);
-        }
-        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-                return cs_error_errno(err, errno, "cannot clear the ambient capabilities");
+        if (cs_caps_bound(0, err) < 0)
+                return -1;
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 return cs_error_errno(err, errno, "cannot set no_new_privs");
         serve_user = user;
