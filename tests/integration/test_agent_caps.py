@@ -13,6 +13,7 @@ import time
 import unittest
 
 from agent_fixture import AgentProcess
+from proc_checks import status, thread_statuses
 import testmain
 
 BUILD_DIR = sys.argv[1]
@@ -22,11 +23,6 @@ KEPT = {"chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "setgid": 6, "s
         "sys_admin": 21,
         "setfcap": 31}
 KEPT_MASK = sum(1 << n for n in KEPT.values())
-
-
-def status_of(path):
-    with open(path) as f:
-        return dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
 
 
 def caps(st):
@@ -39,11 +35,7 @@ class AgentCapabilitiesTest(unittest.TestCase):
         try:
             pid = a.proc.pid
             self.assertIn("keeps the capabilities " + ",".join(KEPT), a.log())
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    st = status_of(f"/proc/{pid}/task/{tid}/status")
-                except FileNotFoundError:
-                    continue  # a thread that ended meanwhile
+            for tid, st in thread_statuses(pid):
                 self.assertEqual(caps(st), {"CapInh": 0, "CapPrm": KEPT_MASK,
                                             "CapEff": KEPT_MASK, "CapBnd": KEPT_MASK,
                                             "CapAmb": 0}, f"thread {tid}")
@@ -105,9 +97,8 @@ class AgentCapabilitiesTest(unittest.TestCase):
     def test_all_keeps_what_it_was_given(self):
         a = AgentProcess(BUILD_DIR, "--capabilities", "all")
         try:
-            st = status_of(f"/proc/{a.proc.pid}/status")
-            with open("/proc/self/status") as f:
-                mine = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+            st = status(f"/proc/{a.proc.pid}/status")
+            mine = status("/proc/self/status")
             self.assertEqual(int(st["CapBnd"], 16), int(mine["CapBnd"], 16))
         finally:
             a.cleanup()

@@ -7,7 +7,9 @@ is restarted (logged with its exit status and the delay) and serves again, the u
 frontend reaching the restarted agent; SIGTERM then leaves nothing.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
+import grp
 import os
+import pwd
 import signal
 import socket
 import stat
@@ -17,12 +19,10 @@ import tempfile
 import time
 import unittest
 
-import grp
-import pwd
-
 import grpc
 
 from health_client import Health
+from proc_checks import frontend_reaches_agent, thread_statuses
 import testmain
 
 BUILD_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
@@ -152,36 +152,11 @@ class RunScriptTest(unittest.TestCase):
         """Every thread of the frontend runs as compute-frontend with no capability."""
         uid = pwd.getpwnam("compute-frontend").pw_uid
         pid = self.daemon_pid("compute-fronten")
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/status") as f:
-                    st = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
-            except FileNotFoundError:
-                continue  # a thread that ended meanwhile
+        for tid, st in thread_statuses(pid):
             self.assertEqual(st["Uid"].split(), [str(uid)] * 4, tid)
             for cap in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
                 self.assertEqual(int(st[cap], 16), 0, f"{tid} {cap}")
             self.assertEqual(st["NoNewPrivs"].strip(), "1", tid)
-
-    def describe_not_found(self, front):
-        """DescribeSandbox of an unknown id is NOT_FOUND: the frontend asked its agent."""
-        sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
-        from compute.v1 import compute_pb2  # noqa: E402 (generated at build time)
-        with grpc.insecure_channel(front) as ch:
-            describe = ch.unary_unary(
-                "/compute.v1.ComputeService/DescribeSandbox",
-                request_serializer=compute_pb2.DescribeSandboxRequest.SerializeToString,
-                response_deserializer=compute_pb2.DescribeSandboxResponse.FromString)
-            deadline = time.monotonic() + 20
-            while True:  # until the frontend's poll has seen a restarted agent again
-                with self.assertRaises(grpc.RpcError) as cm:
-                    describe(compute_pb2.DescribeSandboxRequest(
-                        sandbox_id="3f0c1a4e-0d6b-4c59-9a51-2b7a8f0e6d11"), timeout=20)
-                if cm.exception.code() == grpc.StatusCode.NOT_FOUND:
-                    return
-                if time.monotonic() > deadline:
-                    self.fail(f"{cm.exception}\n{self.output()}")
-                time.sleep(0.1)
 
     def test_supervises_kill_9_default_link(self):
         front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
@@ -206,7 +181,8 @@ class RunScriptTest(unittest.TestCase):
             name = "compute-nodeagent" if comm == "compute-nodeage" else "compute-frontend"
             self.assertIn(f"{name} exited (status 137); restarting it in 1 s", self.output())
             # The unprivileged frontend reaches the restarted agent's new socket.
-            self.describe_not_found(front)
+            err = frontend_reaches_agent(BUILD_DIR, front)
+            self.assertIsNone(err, f"{err}\n{self.output()}")
             self.check_frontend_unprivileged()
         self.proc.send_signal(signal.SIGTERM)
         self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
