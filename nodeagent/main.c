@@ -21,6 +21,7 @@
 #include "daemon.h"
 #include "image_cmd.h"
 #include "kube.h"
+#include "privs.h"
 #include "proc.h"
 #include "runtime.h"
 #include "sandbox.h"
@@ -34,15 +35,28 @@
 static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
-static char *pod_namespaces, *volume_root;
+static char *pod_namespaces, *volume_root, *listen_group, *capabilities;
 static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
 static int64_t cpu_overcommit_pct, memory_overcommit_pct;
+
+/* What the agent keeps by default: measured (docs/security.md, "Privileges"). */
+#define AGENT_CAPABILITIES "chown,dac_override,fowner,fsetid,setgid,setuid,sys_admin,setfcap"
 
 #define KUBE_RUNSC_ROOT "/run/containerd/runsc/k8s.io"
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_AGENT_LISTEN", "127.0.0.1:50052"),
         CS_SERVER_TLS_OPTIONS(cfg),
+        { "listen-group", "COMPUTE_AGENT_LISTEN_GROUP", CS_OPT_STRING, "",
+          "With --listen unix:PATH: the group that may connect too (an unprivileged frontend's): "
+          "the socket is 0660 and its directory 0710 (search only), both of that group; the "
+          "directories above must let it search. Empty: only this agent's user (0600, 0700).",
+          &listen_group, 0, 0 },
+        { "capabilities", "COMPUTE_AGENT_CAPABILITIES", CS_OPT_STRING, AGENT_CAPABILITIES,
+          "The capabilities the agent (and runsc, which it runs) keeps, comma-separated; every "
+          "other one leaves its bounding, permitted and effective sets at start, for good "
+          "(docs/security.md says why each is kept). \"all\": keep what it was given.",
+          &capabilities, 0, 0 },
         { "mode", "COMPUTE_AGENT_MODE", CS_OPT_STRING, "local",
           "local: the agent creates and records the sandboxes itself; kube: the kubelet makes "
           "them (gVisor pods) and the agent finds a pod's container under --runsc-root from "
@@ -130,6 +144,23 @@ static const cs_program program = {
 };
 
 static const char *const services[] = { "nodeagent.v1.NodeAgent", NULL };
+
+/* Limits the agent to --capabilities, while it has one thread. */
+static int agent_limit_capabilities(cs_error **err)
+{
+        _cleanup_free_ char *kept = NULL;
+        uint64_t keep, kept_mask;
+
+        if (cs_caps_parse(capabilities, &keep, err) < 0) {
+                cs_error_prefix(err, "--capabilities");
+                return -1;
+        }
+        if (cs_caps_limit(keep, &kept_mask, err) < 0)
+                return -1;
+        kept = cs_caps_format(kept_mask);
+        log_info("%s: keeps the capabilities %s", program.name, kept[0] ? kept : "(none)");
+        return 0;
+}
 
 /* Creates the state directory and takes its lock; the returned fd holds the lock for the
  * life of the process. */
@@ -298,6 +329,8 @@ int main(int argc, char **argv)
                 r = cs_daemon_setup_logging(&cfg, &err);
         if (r == 0)
                 r = cs_daemon_check_server_tls(&cfg, &err);
+        if (r == 0 && cs_daemon_set_listen_group(listen_group, &err) < 0)
+                r = -1;
         if (r != 0) {
                 if (err)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);
@@ -321,6 +354,11 @@ int main(int argc, char **argv)
                 return 2;
         }
 
+        if (agent_limit_capabilities(&err) < 0) {
+                log_error("%s: %s", program.name, err->msg);
+                cs_config_free(&program);
+                return 1;
+        }
         rpc_global_init();
         lock_fd = state_dir_claim(state_dir, &err);
         if (lock_fd >= 0) {

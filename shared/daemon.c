@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "health.h"
+#include "privs.h"
 #include "signals.h"
 #include "util.h"
 
@@ -186,15 +187,42 @@ int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err)
  * process. */
 static char unix_socket[PATH_MAX];
 
+/* The group that may also connect to it (cs_daemon_set_listen_group), and its name ("": none). */
+static const char *listen_group = "";
+static gid_t listen_gid;
+
+int cs_daemon_set_listen_group(const char *group, cs_error **err)
+{
+        struct group gr, *found = NULL;
+        char buf[4096];
+
+        listen_group = "";
+        if (!group || !group[0])
+                return 0;
+        if (getgrnam_r(group, &gr, buf, sizeof(buf), &found) != 0 || !found)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--listen-group %s: no such group", group);
+        if (gr.gr_gid == 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--listen-group %s: the root group is not a client's group",
+                                    group);
+        listen_group = group;
+        listen_gid = gr.gr_gid;
+        return 0;
+}
+
 /* A "unix:PATH" listen address (the internal link of the embedded default): PATH's directory
- * is made 0700 if missing and must be owned by us and closed to group and others (else
- * PERMISSION_DENIED); a stale socket left there by a crashed predecessor is removed, so it
- * does not stop a restart (the agent holds its state directory's lock: no live agent owns
- * it). Anything else at PATH is refused. */
+ * is made 0700 if missing; it must be a directory of ours closed to others, and to the group
+ * but for search (else PERMISSION_DENIED); it is then set to 0700, or to 0710 with the
+ * --listen-group as its group, so that the group can reach the socket but not list or add
+ * files. A stale socket left there by a crashed predecessor is removed, so it does not stop a
+ * restart (the agent holds its state directory's lock: no live agent owns it). Anything else
+ * at PATH is refused. */
 static int unix_listen_prepare(const char *listen, cs_error **err)
 {
         const char *path = listen + strlen("unix:");
         _cleanup_free_ char *dir = NULL;
+        _cleanup_close_ int dfd = -1;
         char *slash;
         struct stat st;
 
@@ -208,13 +236,18 @@ static int unix_listen_prepare(const char *listen, cs_error **err)
         slash[slash == dir ? 1 : 0] = '\0';
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
                 return cs_error_errno(err, errno, "cannot create %s", dir);
-        if (lstat(dir, &st) < 0)
+        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0 || fstat(dfd, &st) < 0)
                 return cs_error_errno(err, errno, "%s", dir);
-        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+        if (st.st_uid != geteuid() || (st.st_mode & 067))
                 return cs_error_set(err, GRPC_STATUS_PERMISSION_DENIED,
                                     "%s: the directory of a Unix listening socket must be ours "
-                                    "and mode 0700 (it is %o, uid %u)",
+                                    "and mode 0700 (0710 with --listen-group; it is %o, uid %u)",
                                     dir, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        if (listen_group[0] && fchown(dfd, (uid_t)-1, listen_gid) < 0)
+                return cs_error_errno(err, errno, "cannot give %s to group %s", dir, listen_group);
+        if (fchmod(dfd, listen_group[0] ? 0710 : 0700) < 0)
+                return cs_error_errno(err, errno, "cannot chmod %s", dir);
         if (lstat(path, &st) == 0) {
                 if (!S_ISSOCK(st.st_mode))
                         return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
@@ -227,6 +260,20 @@ static int unix_listen_prepare(const char *listen, cs_error **err)
                 return cs_error_errno(err, errno, "%s", path);
         }
         snprintf(unix_socket, sizeof(unix_socket), "%s", path);
+        return 0;
+}
+
+/* The socket was bound 0700 (umask 077): 0600 at once, then, with a --listen-group, that
+ * group and 0660. Never wider than that at any moment. */
+static int unix_socket_restrict(cs_error **err)
+{
+        if (chmod(unix_socket, 0600) < 0)
+                return cs_error_errno(err, errno, "cannot chmod %s", unix_socket);
+        if (!listen_group[0])
+                return 0;
+        if (chown(unix_socket, (uid_t)-1, listen_gid) < 0 || chmod(unix_socket, 0660) < 0)
+                return cs_error_errno(err, errno, "cannot give %s to group %s", unix_socket,
+                                      listen_group);
         return 0;
 }
 
@@ -297,12 +344,8 @@ int cs_daemon_set_user(const char *user, cs_error **err)
         /* Now, while this is the only thread: the bounding set and no_new_privs are per
          * thread and inherited, so every thread made later has them too. Neither takes away
          * what this process may do now (bind, read its TLS files). */
-        for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++) {
-                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
-                        return cs_error_errno(err, errno, "cannot drop capability %d", cap);
-        }
-        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-                return cs_error_errno(err, errno, "cannot clear the ambient capabilities");
+        if (cs_caps_bound(0, err) < 0)
+                return -1;
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 return cs_error_errno(err, errno, "cannot set no_new_privs");
         serve_user = user;
@@ -336,13 +379,13 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
         int sig, r;
         mode_t mask;
 
-        /* A Unix socket is created 0700 (the umask) and made 0600 at once: only our user
-         * can connect from the moment it listens. */
+        /* A Unix socket is created 0700 (the umask) and restricted at once: only our user
+         * (and the --listen-group) can connect from the moment it listens. */
         mask = umask(077);
         r = rpc_server_start(srv, err);
         umask(mask);
-        if (r == 0 && unix_socket[0] && chmod(unix_socket, 0600) < 0)
-                r = cs_error_errno(err, errno, "cannot chmod %s", unix_socket);
+        if (r == 0 && unix_socket[0])
+                r = unix_socket_restrict(err);
         if (r == 0 && serve_user[0])
                 r = drop_privileges(err);
         if (r < 0) {
@@ -350,7 +393,8 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
                 return -1;
         }
         if (unix_socket[0])
-                log_info("%s serving on unix:%s (mode 0600)%s", name, unix_socket,
+                log_info("%s serving on unix:%s (mode %s%s)%s", name, unix_socket,
+                         listen_group[0] ? "0660, group " : "0600", listen_group,
                          rpc_server_tls(srv) ? " (mutual TLS)" : "");
         else
                 log_info("%s serving on port %d%s", name, rpc_server_port(srv),

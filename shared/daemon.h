@@ -177,3 +177,10 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err);
  * thread (before rpc_global_init), as root; -1 with *err for an unknown user, root, or a
  * caller that is not root. `user` is borrowed until cs_daemon_serve(). */
 int cs_daemon_set_user(const char *user, cs_error **err);
+
+/* With a "unix:" listen address: `group` (a name; "" or NULL: none) may connect too. The
+ * socket is then 0660 with that group and its directory 0710 with that group (search only),
+ * instead of 0600 and 0700; the directories above it must let the group search. -1 with
+ * *err for an unknown group or root's. `group` is borrowed until cs_daemon_serve(). Call it
+ * before cs_daemon_server_new(). */
+int cs_daemon_set_listen_group(const char *group, cs_error **err);

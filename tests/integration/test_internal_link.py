@@ -19,6 +19,7 @@ from agent_client import Agent
 from agent_fixture import IMAGES_DIR, free_port
 from daemons import Daemons
 from health_client import Health
+from proc_checks import frontend_reaches_agent, status, thread_statuses
 import testmain
 
 BUILD_DIR = sys.argv[1]
@@ -75,6 +76,48 @@ class InternalLinkTest(Daemons, unittest.TestCase):
         self.assertEqual(agent.wait(timeout=30), 0, self.log("agent.log"))
         self.assertFalse(os.path.exists(self.sock))
 
+    def connect_as(self, uid, gid):
+        """Connects to the socket as uid:gid with no other group: the child's status, stderr."""
+        r = subprocess.run(
+            ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+             "/usr/bin/python3", "-c",
+             "import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+             f"s.connect({self.sock!r})"],
+            capture_output=True, text=True, timeout=20)
+        return r.returncode, r.stderr
+
+    def test_listen_group_connects_and_no_one_else(self):
+        os.chmod(self.dir, 0o711)  # others may search down to the state directory
+        os.makedirs(self.state, mode=0o711)
+        # A run/ directory left 0700 by an earlier start without a group is taken over.
+        os.makedirs(os.path.dirname(self.sock), mode=0o700)
+        agent = self.start("compute-nodeagent", "--listen", self.address, "--listen-group",
+                           "nogroup", "--state-dir", self.state, "--images-dir", IMAGES_DIR,
+                           "--shutdown-grace-ms", "3000")
+        self.assertEqual(self.wait_serving(self.address, agent, "agent.log"), "SERVING")
+        for path, mode in ((self.sock, 0o660), (os.path.dirname(self.sock), 0o710)):
+            st = os.lstat(path)
+            self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid), (mode, 0, 65534))
+        self.assertIn("(mode 0660, group nogroup)", self.log("agent.log"))
+        self.assertEqual(self.connect_as(65534, 65534), (0, ""))  # the group's
+        rc, stderr = self.connect_as(65534, 1)  # the same uid in another group
+        self.assertNotEqual(rc, 0)
+        self.assertIn("PermissionError", stderr)
+        agent.terminate()
+        self.assertEqual(agent.wait(timeout=30), 0, self.log("agent.log"))
+        # Without the group again, the directory goes back to 0700.
+        agent = self.start_agent()
+        self.wait_serving(self.address, agent, "agent.log")
+        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(self.sock)).st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE(os.lstat(self.sock).st_mode), 0o600)
+
+    def test_listen_group_refused(self):
+        for group, why in (("root", "the root group is not"), ("no-such-group-x", "no such group")):
+            p = self.start("compute-nodeagent", "--listen", self.address, "--listen-group", group,
+                           "--state-dir", self.state, "--images-dir", IMAGES_DIR)
+            self.assertNotEqual(p.wait(timeout=30), 0)
+            self.assertIn(why, self.log("agent.log"))
+
     def test_stale_socket_does_not_stop_a_restart(self):
         agent = self.start_agent()
         self.wait_serving(self.address, agent, "agent.log")
@@ -106,24 +149,9 @@ class InternalLinkTest(Daemons, unittest.TestCase):
         fe = self.start("compute-frontend", "--listen", front, "--agents", self.address,
                         "--shutdown-grace-ms", "3000", log="frontend.log")
         self.assertEqual(self.wait_serving(front, fe, "frontend.log"), "SERVING")
-        sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
-        from compute.v1 import compute_pb2  # noqa: E402 (generated at build time)
-        ch = grpc.insecure_channel(front)
-        describe = ch.unary_unary(
-            "/compute.v1.ComputeService/DescribeSandbox",
-            request_serializer=compute_pb2.DescribeSandboxRequest.SerializeToString,
-            response_deserializer=compute_pb2.DescribeSandboxResponse.FromString)
-        deadline = time.monotonic() + 20
-        while True:  # NOT_FOUND: the frontend asked its agent, over the socket
-            with self.assertRaises(grpc.RpcError) as cm:
-                describe(compute_pb2.DescribeSandboxRequest(
-                    sandbox_id="3f0c1a4e-0d6b-4c59-9a51-2b7a8f0e6d11"), timeout=5)
-            if cm.exception.code() == grpc.StatusCode.NOT_FOUND:
-                break
-            if time.monotonic() > deadline:
-                self.fail(f"{cm.exception}\n{self.log('frontend.log')}")
-            time.sleep(0.1)
-        ch.close()
+        # NOT_FOUND: the frontend asked its agent, over the socket.
+        err = frontend_reaches_agent(BUILD_DIR, front)
+        self.assertIsNone(err, f"{err}\n{self.log('frontend.log')}")
         self.assertIn(f"node agent {self.address} is up", self.log("frontend.log"))
 
     def test_destroy_grace_below_the_minimum_is_refused(self):
@@ -147,10 +175,6 @@ class InternalLinkTest(Daemons, unittest.TestCase):
         finally:
             c.close()
 
-    def frontend_status(self, pid):
-        with open(f"/proc/{pid}/status") as f:
-            return dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
-
     def test_frontend_drops_to_an_unprivileged_user(self):
         # TCP for the agent here: the unprivileged frontend must be able to reconnect.
         agent_tcp = f"127.0.0.1:{free_port()}"
@@ -161,7 +185,7 @@ class InternalLinkTest(Daemons, unittest.TestCase):
         fe = self.start("compute-frontend", "--listen", front, "--agents", agent_tcp,
                         "--user", "nobody", "--shutdown-grace-ms", "3000", log="frontend.log")
         self.assertEqual(self.wait_serving(front, fe, "frontend.log"), "SERVING")
-        st = self.frontend_status(fe.pid)
+        st = status(f"/proc/{fe.pid}/status")
         self.assertEqual(st["Uid"].split(), ["65534"] * 4)
         self.assertEqual(st["Gid"].split(), ["65534"] * 4)
         self.assertEqual(st["Groups"].strip(), "")
@@ -169,9 +193,7 @@ class InternalLinkTest(Daemons, unittest.TestCase):
             self.assertEqual(int(st[cap], 16), 0, cap)
         self.assertEqual(st["NoNewPrivs"].strip(), "1")
         # Every thread, gRPC's too, runs as nobody with no capabilities.
-        for tid in os.listdir(f"/proc/{fe.pid}/task"):
-            with open(f"/proc/{fe.pid}/task/{tid}/status") as f:
-                t = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+        for tid, t in thread_statuses(fe.pid):
             self.assertEqual(t["Uid"].split(), ["65534"] * 4, tid)
             self.assertEqual(int(t["CapEff"], 16), 0, tid)
             self.assertEqual(int(t["CapPrm"], 16), 0, tid)

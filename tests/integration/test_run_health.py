@@ -1,11 +1,15 @@
 """./scripts/run serves grpc.health.v1.Health/Check = SERVING on both addresses and stops both
 programs cleanly on SIGTERM and on Ctrl-C (SIGINT to the foreground process group). By default
-the agent listens on a Unix socket in the state directory (0600, in a 0700 directory), not on
-TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP. A daemon killed with SIGKILL is restarted
-(logged with its exit status and the delay) and serves again; SIGTERM then leaves nothing.
+the agent listens on a Unix socket in the state directory (0660, in a 0710 directory, both of
+the frontend's group), not on TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP. The
+frontend runs as the user compute-frontend with no capabilities. A daemon killed with SIGKILL
+is restarted (logged with its exit status and the delay) and serves again, the unprivileged
+frontend reaching the restarted agent; SIGTERM then leaves nothing.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
+import grp
 import os
+import pwd
 import signal
 import socket
 import stat
@@ -18,6 +22,7 @@ import unittest
 import grpc
 
 from health_client import Health
+from proc_checks import frontend_reaches_agent, thread_statuses
 import testmain
 
 BUILD_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
@@ -38,6 +43,8 @@ class RunScriptTest(unittest.TestCase):
     def setUp(self):
         self.health = Health(BUILD_DIR)
         self.state = tempfile.TemporaryDirectory()
+        # The unprivileged frontend must be able to search down to the agent's socket.
+        os.chmod(self.state.name, 0o711)
         self.fport, self.aport = free_port(), free_port()
         self.sock = os.path.join(self.state.name, "state", "run", "agent.sock")
         env = dict(os.environ,
@@ -107,13 +114,16 @@ class RunScriptTest(unittest.TestCase):
     def test_sigterm_default_link(self):
         front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
         self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
-        self.assertEqual(stat.S_IMODE(os.lstat(self.sock).st_mode), 0o600)
-        self.assertEqual(stat.S_IMODE(os.lstat(os.path.dirname(self.sock)).st_mode), 0o700)
+        gid = grp.getgrnam("compute-frontend").gr_gid
+        for path, mode in ((self.sock, 0o660), (os.path.dirname(self.sock), 0o710)):
+            st = os.lstat(path)
+            self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid), (mode, 0, gid))
         self.assertFalse(port_open(self.aport), "the agent listens on TCP too")
         self.assertEqual(self.wait_serving(front, "compute.v1.ComputeService"), "SERVING")
+        self.check_frontend_unprivileged()
         self.proc.send_signal(signal.SIGTERM)
         self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
-        self.assertIn(f"serving on {agent} (mode 0600)", self.output())
+        self.assertIn(f"serving on {agent} (mode 0660, group compute-frontend)", self.output())
         self.assertFalse(os.path.exists(self.sock), "socket left behind")
         self.assertFalse(port_open(self.fport), "frontend still listening")
 
@@ -138,6 +148,16 @@ class RunScriptTest(unittest.TestCase):
         self.assertEqual(len(pids), 1, f"{comm}: {pids}\n{self.output()}")
         return pids[0]
 
+    def check_frontend_unprivileged(self):
+        """Every thread of the frontend runs as compute-frontend with no capability."""
+        uid = pwd.getpwnam("compute-frontend").pw_uid
+        pid = self.daemon_pid("compute-fronten")
+        for tid, st in thread_statuses(pid):
+            self.assertEqual(st["Uid"].split(), [str(uid)] * 4, tid)
+            for cap in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
+                self.assertEqual(int(st[cap], 16), 0, f"{tid} {cap}")
+            self.assertEqual(st["NoNewPrivs"].strip(), "1", tid)
+
     def test_supervises_kill_9_default_link(self):
         front, agent = f"127.0.0.1:{self.fport}", "unix:" + self.sock
         self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
@@ -160,6 +180,10 @@ class RunScriptTest(unittest.TestCase):
                 time.sleep(0.1)
             name = "compute-nodeagent" if comm == "compute-nodeage" else "compute-frontend"
             self.assertIn(f"{name} exited (status 137); restarting it in 1 s", self.output())
+            # The unprivileged frontend reaches the restarted agent's new socket.
+            err = frontend_reaches_agent(BUILD_DIR, front)
+            self.assertIsNone(err, f"{err}\n{self.output()}")
+            self.check_frontend_unprivileged()
         self.proc.send_signal(signal.SIGTERM)
         self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
         self.assertEqual(self.session(), {}, "processes left behind")
