@@ -744,12 +744,15 @@ int ws_writev(const ws_root *root, const char *path, const struct iovec *iov, si
 
 /* ---- ListFiles ------------------------------------------------------------------------- */
 
-/* The names of one directory, sorted; at most `keep` of them (the smallest) are kept, so a
- * directory with millions of entries costs O(keep) memory. */
+/* The names of one directory, sorted; at most `keep` of them, the first ones readdir gives:
+ * reading stops there, so a directory of millions of entries costs O(keep) time and memory
+ * whatever its size (docs/api.md, ListFiles: a truncated listing holds the first entries the
+ * filesystem gives, sorted among themselves, not the smallest names, which would take reading
+ * the whole directory on every call). */
 typedef struct name_set {
         char **v;
         size_t n, cap;
-        bool dropped; /* names beyond `keep` existed */
+        bool dropped; /* names beyond `keep` exist */
 } name_set;
 
 static void name_set_done(name_set *s)
@@ -766,20 +769,46 @@ static int cmp_names(const void *a, const void *b)
         return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void name_set_trim(name_set *s, size_t keep)
+/* The next name of d worth listing in *ret_name (NULL at the end): ".", ".." and names that
+ * are not UTF-8 are skipped. A name made inside the sandbox that is not UTF-8 cannot be a
+ * proto3 string (every strict client would fail the whole listing): left out, as the API
+ * reference says (docs/api.md, ListFiles). */
+static _Thread_local size_t names_seen; /* ws_list_names_seen() */
+
+size_t ws_list_names_seen(void)
 {
-        if (s->n > 1) /* v is NULL for an empty directory: not for qsort */
-                qsort(s->v, s->n, sizeof(*s->v), cmp_names);
-        while (s->n > keep) {
-                free(s->v[--s->n]);
-                s->dropped = true;
+        return names_seen;
+}
+
+static int next_name(DIR *d, const char **ret_name, const char *display, cs_error **err)
+{
+        for (;;) {
+                struct dirent *de;
+
+                errno = 0;
+                de = readdir(d);
+                names_seen += de != NULL;
+                if (!de) {
+                        *ret_name = NULL;
+                        if (errno != 0)
+                                return cs_error_errno(err, errno, "'%s': cannot list", display);
+                        return 0;
+                }
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (!cs_utf8_valid(de->d_name, strlen(de->d_name)))
+                        continue;
+                *ret_name = de->d_name;
+                return 0;
         }
 }
 
 static int read_names(int dfd, size_t keep, name_set *ret, const char *display, cs_error **err)
 {
+        const char *name;
         DIR *d;
         int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        int r = 0;
 
         if (fd < 0)
                 return cs_error_errno(err, errno, "'%s': cannot list", display);
@@ -790,38 +819,24 @@ static int read_names(int dfd, size_t keep, name_set *ret, const char *display, 
                 return -1;
         }
         rewinddir(d);
-        for (;;) {
-                struct dirent *de;
-
-                errno = 0;
-                de = readdir(d);
-                if (!de) {
-                        if (errno != 0) {
-                                cs_error_errno(err, errno, "'%s': cannot list", display);
-                                closedir(d);
-                                return -1;
-                        }
+        while ((r = next_name(d, &name, display, err)) == 0 && name) {
+                if (ret->n == keep) {
+                        ret->dropped = true; /* one more exists: enough to know */
                         break;
                 }
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                /* A name made inside the sandbox that is not UTF-8 cannot be a proto3 string
-                 * (every strict client would fail the whole listing): left out, as the API
-                 * reference says (docs/api.md, ListFiles). */
-                if (!cs_utf8_valid(de->d_name, strlen(de->d_name)))
-                        continue;
                 if (ret->n == ret->cap) {
                         ret->cap = ret->cap ? ret->cap * 2 : 16;
                         ret->v = realloc(ret->v, ret->cap * sizeof(*ret->v));
                         if (!ret->v)
                                 abort(); /* as cs_xmalloc: no useful recovery */
                 }
-                ret->v[ret->n++] = cs_xstrdup(de->d_name);
-                if (ret->n >= 2 * keep)
-                        name_set_trim(ret, keep);
+                ret->v[ret->n++] = cs_xstrdup(name);
         }
         closedir(d);
-        name_set_trim(ret, keep);
+        if (r < 0)
+                return -1;
+        if (ret->n > 1) /* v is NULL for an empty directory: not for qsort */
+                qsort(ret->v, ret->n, sizeof(*ret->v), cmp_names);
         return 0;
 }
 
