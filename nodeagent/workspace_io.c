@@ -521,6 +521,17 @@ static int write_all(int fd, const ws_data *d)
         return cs_writev_all(fd, d->iov, d->n_iov) < 0 ? -errno : 0;
 }
 
+/* A failed write of the data: a full workspace volume (ENOSPC, or EDQUOT under a quota) and
+ * RLIMIT_FSIZE (EFBIG) are RESOURCE_EXHAUSTED with a message saying so; else by errno. */
+static int write_error(cs_error **err, int errnum, const char *display)
+{
+        if (errnum == ENOSPC || errnum == EDQUOT)
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "'%s': the workspace is full (%s)",
+                                    display, strerror(errnum));
+        return cs_error_errno(err, errnum, "'%s': cannot write", display);
+}
+
 static uint64_t random_u64(void)
 {
         static unsigned counter;
@@ -608,7 +619,7 @@ static int write_replace(const ws_target *t, const char *display, const ws_data 
         }
         r = write_all(fd, data);
         if (r < 0) {
-                cs_error_errno(err, -r, "'%s': cannot write", display);
+                write_error(err, -r, display);
                 goto fail;
         }
         /* Owner first: chown clears set-id bits, the fchmod then restores them. */
@@ -625,7 +636,7 @@ static int write_replace(const ws_target *t, const char *display, const ws_data 
                 goto fail;
         /* close() may report a deferred write error (NFS, quotas): before the rename. */
         if (close(TAKE_FD(fd)) < 0) {
-                cs_error_errno(err, errno, "'%s': cannot write", display);
+                write_error(err, errno, display);
                 goto fail;
         }
         if (renameat(t->dirfd, tmp, t->dirfd, t->name) < 0) {
@@ -643,12 +654,30 @@ fail:
         return -1;
 }
 
-/* Appends to the existing regular file, or creates it. A failure in the middle of the data can
- * leave part of it appended: appends are not atomic (only replacement is). */
+/* Puts an append that failed half way back: the file cut to the size it had (a file the
+ * append created is removed, if it is still the one it made). A process in the sandbox
+ * appending to the same file at the same moment may lose what it appended meanwhile: two
+ * writers appending at once have no order to keep anyway. */
+static void append_undo(const ws_target *t, int fd, const struct stat *before)
+{
+        struct stat now;
+
+        if (t->fd >= 0) {
+                (void)ftruncate(fd, before->st_size);
+                return;
+        }
+        if (fstatat(t->dirfd, t->name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+            now.st_dev == before->st_dev && now.st_ino == before->st_ino)
+                (void)unlinkat(t->dirfd, t->name, 0);
+}
+
+/* Appends to the existing regular file, or creates it. A failure in the middle of the data
+ * (a full workspace: RESOURCE_EXHAUSTED) puts the file back as it was (append_undo). */
 static int write_append(const ws_target *t, const char *display, const ws_data *data, uint32_t mode,
                         cs_error **err)
 {
         _cleanup_close_ int fd = -1;
+        struct stat before;
         int r;
 
         if (t->fd >= 0) {
@@ -664,16 +693,23 @@ static int write_append(const ws_target *t, const char *display, const ws_data *
                         return WRITE_RETRY; /* appeared since we looked: look again */
                 if (fd < 0)
                         return cs_error_errno(err, errno, "'%s': cannot create", display);
-                /* The exact mode, not the umask'ed one (as replacement does). */
-                if (fchmod(fd, create_mode(mode)) < 0)
-                        return cs_error_errno(err, errno, "'%s': cannot set the file's mode",
-                                              display);
+        }
+        if (fstat(fd, &before) < 0)
+                return cs_error_errno(err, errno, "'%s': cannot stat", display);
+        /* The exact mode, not the umask'ed one (as replacement does). */
+        if (t->fd < 0 && fchmod(fd, create_mode(mode)) < 0) {
+                cs_error_errno(err, errno, "'%s': cannot set the file's mode", display);
+                append_undo(t, fd, &before);
+                return -1;
         }
         r = write_all(fd, data);
-        if (r < 0)
-                return cs_error_errno(err, -r, "'%s': cannot write", display);
+        if (r < 0) {
+                write_error(err, -r, display);
+                append_undo(t, fd, &before);
+                return -1;
+        }
         if (close(TAKE_FD(fd)) < 0)
-                return cs_error_errno(err, errno, "'%s': cannot write", display);
+                return write_error(err, errno, display);
         return 0;
 }
 

@@ -786,6 +786,37 @@ static void test_write_failure_keeps_old(void **state)
         assert_no_temp_files(f->wsfd, ".");
 }
 
+/* An append that fails half way (EFBIG under RLIMIT_FSIZE, as ENOSPC on a full workspace)
+ * puts the file back as it was, and removes a file it created: the old code left the part
+ * that fitted (989 bytes here) appended. */
+static void test_append_failure_keeps_old(void **state)
+{
+        fx *f = *state;
+        struct rlimit old_lim, lim;
+        uint8_t data[4000];
+        void (*old_sig)(int);
+        int rc[2];
+        cs_error *errs[2] = { NULL, NULL };
+
+        memset(data, 'n', sizeof(data));
+        write_file_at(f->wsfd, "keep.txt", "old content", 11, 0644);
+        assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+        lim = old_lim;
+        lim.rlim_cur = 1000;
+        old_sig = signal(SIGXFSZ, SIG_IGN);
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        rc[0] = ws_write(&f->root, "keep.txt", data, sizeof(data), true, 0, NULL, &errs[0]);
+        rc[1] = ws_write(&f->root, "new.txt", data, sizeof(data), true, 0, NULL, &errs[1]);
+        setrlimit(RLIMIT_FSIZE, &old_lim);
+        signal(SIGXFSZ, old_sig);
+        check_code(rc[0], errs[0], GRPC_STATUS_RESOURCE_EXHAUSTED, "keep.txt", "append", __LINE__);
+        check_code(rc[1], errs[1], GRPC_STATUS_RESOURCE_EXHAUSTED, "new.txt", "append", __LINE__);
+        cs_error_free(errs[0]);
+        cs_error_free(errs[1]);
+        assert_file_at(f->wsfd, "keep.txt", "old content");
+        assert_false(exists_at(f->wsfd, "new.txt"));
+}
+
 /* ---- atomic replacement -------------------------------------------------------------- */
 
 #define ATOM_A_LEN (256 * 1024)
@@ -1749,6 +1780,7 @@ int main(void)
                 T(test_write_errors),
                 T(test_write_too_big),
                 T(test_write_failure_keeps_old),
+                T(test_append_failure_keeps_old),
                 T(test_replace_atomic),
                 T(test_list_recursive),
                 T(test_list_nonrecursive),
