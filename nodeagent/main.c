@@ -309,6 +309,15 @@ static int agent_register(agent *a, rpc_server *srv, cs_error **err)
                 .memory_bytes_capacity = a->capacity.memory_bytes,
         };
 
+        /* Named to no client (service.c); the strings live as long as the flags. */
+        static const char *host_dirs[6];
+
+        host_dirs[0] = state_dir;
+        host_dirs[1] = images_dir;
+        host_dirs[2] = runsc_root;
+        host_dirs[3] = volume_root;
+        host_dirs[4] = cgroup_root;
+        s.host_dirs = host_dirs;
         gethostname(a->hostname, sizeof(a->hostname) - 1);
         return agent_service_register(srv, &s, err);
 }

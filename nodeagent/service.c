@@ -9,11 +9,13 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "compute/v1/compute.pb-c.h"
 #include "exec.h"
+#include "hostpath.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "pbconv.h"
 #include "util.h"
@@ -499,31 +501,91 @@ static int h_list_files(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
         return 0;
 }
 
+/* --- no host path to a client --------------------------------------------------------- */
+
+/* Host directories no error message may name to a client, beyond agent_service.host_dirs:
+ * those of the node whatever the configuration (cgroups, /proc, the kubelet's and containerd's
+ * trees, the default state directory). */
+static const char *const builtin_host_dirs[] = { "/sys/fs/cgroup",   "/proc",
+                                                 "/run/containerd",  "/var/lib/kubelet",
+                                                 "/var/lib/compute", NULL };
+
+/* An error built deep in the agent (a bundle, a pid file, a cgroup directory) must not tell a
+ * tenant how the node is laid out: host paths in it become CS_HIDDEN_PATH. The full message is
+ * logged here, once, for the operator. */
+static int hide_host_paths(rpc_call *call, int r, cs_error **err)
+{
+        char *hidden = NULL;
+
+        if (r >= 0 || !err || !*err || !(*err)->msg)
+                return r;
+        if (svc.host_dirs)
+                hidden = cs_paths_hide((*err)->msg, svc.host_dirs);
+        if (hidden) {
+                char *again = cs_paths_hide(hidden, builtin_host_dirs);
+
+                if (again) {
+                        free(hidden);
+                        hidden = again;
+                }
+        } else {
+                hidden = cs_paths_hide((*err)->msg, builtin_host_dirs);
+        }
+        if (!hidden)
+                return r;
+        rpc_call_log(call, CS_LOG_INFO, "host paths hidden from the client in: %s", (*err)->msg);
+        free((*err)->msg);
+        (*err)->msg = hidden;
+        return r;
+}
+
+/* The handler a method's userdata names (the wrappers below call it, then hide host paths). */
+typedef struct handler {
+        rpc_unary_fn unary;
+        rpc_stream_fn stream;
+} handler;
+
+static int unary_hiding(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage *resp,
+                        void *userdata, cs_error **err)
+{
+        const handler *h = userdata;
+
+        return hide_host_paths(call, h->unary(call, req, resp, NULL, err), err);
+}
+
+static int stream_hiding(rpc_call *call, const ProtobufCMessage *req, void *userdata,
+                         cs_error **err)
+{
+        const handler *h = userdata;
+
+        return hide_host_paths(call, h->stream(call, req, NULL, err), err);
+}
+
 /* --- the method table ------------------------------------------------------------------ */
 
 #define NA(name) "/nodeagent.v1.NodeAgent/" name
+#define D(name)  &nodeagent__v1__##name##__descriptor
+#define C(name)  &compute__v1__##name##__descriptor
+#define UNARY(method, req, resp, fn, bytes_field)                                                  \
+        {                                                                                          \
+                NA(method), req, resp, unary_hiding, NULL, &(handler){ .unary = fn }, bytes_field  \
+        }
 
 static const rpc_method methods[] = {
-        { NA("GetAgentInfo"), &nodeagent__v1__get_agent_info_request__descriptor,
-          &nodeagent__v1__get_agent_info_response__descriptor, h_get_agent_info, NULL, NULL, NULL },
-        { NA("CreateSandbox"), &nodeagent__v1__create_sandbox_request__descriptor,
-          &nodeagent__v1__create_sandbox_response__descriptor, h_create, NULL, NULL, NULL },
-        { NA("DestroySandbox"), &nodeagent__v1__destroy_sandbox_request__descriptor,
-          &nodeagent__v1__destroy_sandbox_response__descriptor, h_destroy, NULL, NULL, NULL },
-        { NA("GetSandbox"), &nodeagent__v1__get_sandbox_request__descriptor,
-          &nodeagent__v1__get_sandbox_response__descriptor, h_get, NULL, NULL, NULL },
-        { NA("ListSandboxes"), &nodeagent__v1__list_sandboxes_request__descriptor,
-          &nodeagent__v1__list_sandboxes_response__descriptor, h_list, NULL, NULL, NULL },
-        { NA("Exec"), &nodeagent__v1__exec_request__descriptor,
-          &compute__v1__exec_event__descriptor, NULL, h_exec, NULL, NULL },
-        { NA("ReadFile"), &nodeagent__v1__read_file_request__descriptor,
-          &compute__v1__read_file_response__descriptor, h_read_file, NULL, NULL, NULL },
-        { NA("WriteFile"), &nodeagent__v1__write_file_request__descriptor,
-          &compute__v1__write_file_response__descriptor, h_write_file, NULL, NULL, "data" },
-        { NA("ListFiles"), &nodeagent__v1__list_files_request__descriptor,
-          &compute__v1__list_files_response__descriptor, h_list_files, NULL, NULL, NULL },
-        { NA("GetUsage"), &nodeagent__v1__get_usage_request__descriptor,
-          &nodeagent__v1__get_usage_response__descriptor, h_get_usage, NULL, NULL, NULL },
+        UNARY("GetAgentInfo", D(get_agent_info_request), D(get_agent_info_response),
+              h_get_agent_info, NULL),
+        UNARY("CreateSandbox", D(create_sandbox_request), D(create_sandbox_response), h_create,
+              NULL),
+        UNARY("DestroySandbox", D(destroy_sandbox_request), D(destroy_sandbox_response), h_destroy,
+              NULL),
+        UNARY("GetSandbox", D(get_sandbox_request), D(get_sandbox_response), h_get, NULL),
+        UNARY("ListSandboxes", D(list_sandboxes_request), D(list_sandboxes_response), h_list, NULL),
+        { NA("Exec"), D(exec_request), C(exec_event), NULL, stream_hiding,
+          &(handler){ .stream = h_exec }, NULL },
+        UNARY("ReadFile", D(read_file_request), C(read_file_response), h_read_file, NULL),
+        UNARY("WriteFile", D(write_file_request), C(write_file_response), h_write_file, "data"),
+        UNARY("ListFiles", D(list_files_request), C(list_files_response), h_list_files, NULL),
+        UNARY("GetUsage", D(get_usage_request), D(get_usage_response), h_get_usage, NULL),
 };
 
 int agent_service_register(rpc_server *srv, const agent_service *s, cs_error **err)

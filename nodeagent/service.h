@@ -23,6 +23,9 @@ typedef struct agent_service {
         int64_t started_at_ms;
         uint32_t cpu_millis_capacity;
         uint64_t memory_bytes_capacity;
+        /* NULL-terminated host directories (state, images, runsc root, volumes, cgroups) that
+         * no error message may name to a client (service.c hides them); may be NULL. */
+        const char *const *host_dirs;
 } agent_service;
 
 /* Registers every NodeAgent method on srv. The pointers in s must outlive the server. */

@@ -521,6 +521,17 @@ static int write_all(int fd, const ws_data *d)
         return cs_writev_all(fd, d->iov, d->n_iov) < 0 ? -errno : 0;
 }
 
+/* A failed write of the data: a full workspace volume (ENOSPC, or EDQUOT under a quota) and
+ * RLIMIT_FSIZE (EFBIG) are RESOURCE_EXHAUSTED with a message saying so; else by errno. */
+static int write_error(cs_error **err, int errnum, const char *display)
+{
+        if (errnum == ENOSPC || errnum == EDQUOT)
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "'%s': the workspace is full (%s)",
+                                    display, strerror(errnum));
+        return cs_error_errno(err, errnum, "'%s': cannot write", display);
+}
+
 static uint64_t random_u64(void)
 {
         static unsigned counter;
@@ -608,7 +619,7 @@ static int write_replace(const ws_target *t, const char *display, const ws_data 
         }
         r = write_all(fd, data);
         if (r < 0) {
-                cs_error_errno(err, -r, "'%s': cannot write", display);
+                write_error(err, -r, display);
                 goto fail;
         }
         /* Owner first: chown clears set-id bits, the fchmod then restores them. */
@@ -625,7 +636,7 @@ static int write_replace(const ws_target *t, const char *display, const ws_data 
                 goto fail;
         /* close() may report a deferred write error (NFS, quotas): before the rename. */
         if (close(TAKE_FD(fd)) < 0) {
-                cs_error_errno(err, errno, "'%s': cannot write", display);
+                write_error(err, errno, display);
                 goto fail;
         }
         if (renameat(t->dirfd, tmp, t->dirfd, t->name) < 0) {
@@ -643,12 +654,30 @@ fail:
         return -1;
 }
 
-/* Appends to the existing regular file, or creates it. A failure in the middle of the data can
- * leave part of it appended: appends are not atomic (only replacement is). */
+/* Puts an append that failed half way back: the file cut to the size it had (a file the
+ * append created is removed, if it is still the one it made). A process in the sandbox
+ * appending to the same file at the same moment may lose what it appended meanwhile: two
+ * writers appending at once have no order to keep anyway. */
+static void append_undo(const ws_target *t, int fd, const struct stat *before)
+{
+        struct stat now;
+
+        if (t->fd >= 0) {
+                (void)ftruncate(fd, before->st_size);
+                return;
+        }
+        if (fstatat(t->dirfd, t->name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+            now.st_dev == before->st_dev && now.st_ino == before->st_ino)
+                (void)unlinkat(t->dirfd, t->name, 0);
+}
+
+/* Appends to the existing regular file, or creates it. A failure in the middle of the data
+ * (a full workspace: RESOURCE_EXHAUSTED) puts the file back as it was (append_undo). */
 static int write_append(const ws_target *t, const char *display, const ws_data *data, uint32_t mode,
                         cs_error **err)
 {
         _cleanup_close_ int fd = -1;
+        struct stat before;
         int r;
 
         if (t->fd >= 0) {
@@ -664,16 +693,23 @@ static int write_append(const ws_target *t, const char *display, const ws_data *
                         return WRITE_RETRY; /* appeared since we looked: look again */
                 if (fd < 0)
                         return cs_error_errno(err, errno, "'%s': cannot create", display);
-                /* The exact mode, not the umask'ed one (as replacement does). */
-                if (fchmod(fd, create_mode(mode)) < 0)
-                        return cs_error_errno(err, errno, "'%s': cannot set the file's mode",
-                                              display);
+        }
+        if (fstat(fd, &before) < 0)
+                return cs_error_errno(err, errno, "'%s': cannot stat", display);
+        /* The exact mode, not the umask'ed one (as replacement does). */
+        if (t->fd < 0 && fchmod(fd, create_mode(mode)) < 0) {
+                cs_error_errno(err, errno, "'%s': cannot set the file's mode", display);
+                append_undo(t, fd, &before);
+                return -1;
         }
         r = write_all(fd, data);
-        if (r < 0)
-                return cs_error_errno(err, -r, "'%s': cannot write", display);
+        if (r < 0) {
+                write_error(err, -r, display);
+                append_undo(t, fd, &before);
+                return -1;
+        }
         if (close(TAKE_FD(fd)) < 0)
-                return cs_error_errno(err, errno, "'%s': cannot write", display);
+                return write_error(err, errno, display);
         return 0;
 }
 
@@ -744,12 +780,15 @@ int ws_writev(const ws_root *root, const char *path, const struct iovec *iov, si
 
 /* ---- ListFiles ------------------------------------------------------------------------- */
 
-/* The names of one directory, sorted; at most `keep` of them (the smallest) are kept, so a
- * directory with millions of entries costs O(keep) memory. */
+/* The names of one directory, sorted; at most `keep` of them, the first ones readdir gives:
+ * reading stops there, so a directory of millions of entries costs O(keep) time and memory
+ * whatever its size (docs/api.md, ListFiles: a truncated listing holds the first entries the
+ * filesystem gives, sorted among themselves, not the smallest names, which would take reading
+ * the whole directory on every call). */
 typedef struct name_set {
         char **v;
         size_t n, cap;
-        bool dropped; /* names beyond `keep` existed */
+        bool dropped; /* names beyond `keep` exist */
 } name_set;
 
 static void name_set_done(name_set *s)
@@ -766,20 +805,46 @@ static int cmp_names(const void *a, const void *b)
         return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void name_set_trim(name_set *s, size_t keep)
+/* The next name of d worth listing in *ret_name (NULL at the end): ".", ".." and names that
+ * are not UTF-8 are skipped. A name made inside the sandbox that is not UTF-8 cannot be a
+ * proto3 string (every strict client would fail the whole listing): left out, as the API
+ * reference says (docs/api.md, ListFiles). */
+static _Thread_local size_t names_seen; /* ws_list_names_seen() */
+
+size_t ws_list_names_seen(void)
 {
-        if (s->n > 1) /* v is NULL for an empty directory: not for qsort */
-                qsort(s->v, s->n, sizeof(*s->v), cmp_names);
-        while (s->n > keep) {
-                free(s->v[--s->n]);
-                s->dropped = true;
+        return names_seen;
+}
+
+static int next_name(DIR *d, const char **ret_name, const char *display, cs_error **err)
+{
+        for (;;) {
+                struct dirent *de;
+
+                errno = 0;
+                de = readdir(d);
+                names_seen += de != NULL;
+                if (!de) {
+                        *ret_name = NULL;
+                        if (errno != 0)
+                                return cs_error_errno(err, errno, "'%s': cannot list", display);
+                        return 0;
+                }
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (!cs_utf8_valid(de->d_name, strlen(de->d_name)))
+                        continue;
+                *ret_name = de->d_name;
+                return 0;
         }
 }
 
 static int read_names(int dfd, size_t keep, name_set *ret, const char *display, cs_error **err)
 {
+        const char *name;
         DIR *d;
         int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        int r = 0;
 
         if (fd < 0)
                 return cs_error_errno(err, errno, "'%s': cannot list", display);
@@ -790,38 +855,24 @@ static int read_names(int dfd, size_t keep, name_set *ret, const char *display, 
                 return -1;
         }
         rewinddir(d);
-        for (;;) {
-                struct dirent *de;
-
-                errno = 0;
-                de = readdir(d);
-                if (!de) {
-                        if (errno != 0) {
-                                cs_error_errno(err, errno, "'%s': cannot list", display);
-                                closedir(d);
-                                return -1;
-                        }
+        while ((r = next_name(d, &name, display, err)) == 0 && name) {
+                if (ret->n == keep) {
+                        ret->dropped = true; /* one more exists: enough to know */
                         break;
                 }
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                /* A name made inside the sandbox that is not UTF-8 cannot be a proto3 string
-                 * (every strict client would fail the whole listing): left out, as the API
-                 * reference says (docs/api.md, ListFiles). */
-                if (!cs_utf8_valid(de->d_name, strlen(de->d_name)))
-                        continue;
                 if (ret->n == ret->cap) {
                         ret->cap = ret->cap ? ret->cap * 2 : 16;
                         ret->v = realloc(ret->v, ret->cap * sizeof(*ret->v));
                         if (!ret->v)
                                 abort(); /* as cs_xmalloc: no useful recovery */
                 }
-                ret->v[ret->n++] = cs_xstrdup(de->d_name);
-                if (ret->n >= 2 * keep)
-                        name_set_trim(ret, keep);
+                ret->v[ret->n++] = cs_xstrdup(name);
         }
         closedir(d);
-        name_set_trim(ret, keep);
+        if (r < 0)
+                return -1;
+        if (ret->n > 1) /* v is NULL for an empty directory: not for qsort */
+                qsort(ret->v, ret->n, sizeof(*ret->v), cmp_names);
         return 0;
 }
 

@@ -83,9 +83,14 @@ int ws_writev(const ws_root *root, const char *path, const struct iovec *iov, si
 
 /* Lists a directory (recursively if asked, depth-first, entries of each directory sorted by
  * name, symlinks listed but not followed). max_entries 0: WS_LIST_DEFAULT; above WS_LIST_MAX:
- * WS_LIST_MAX. *ret_truncated tells whether entries were left out. Free with
- * ws_entries_free(). */
+ * WS_LIST_MAX. *ret_truncated tells whether entries were left out. Reading stops at the cap:
+ * a truncated listing holds the first entries each directory's readdir gives (sorted among
+ * themselves), not the smallest names, and costs O(max_entries) whatever the directory's size.
+ * Names that are not UTF-8 are left out. Free with ws_entries_free(). */
 int ws_list(const ws_root *root, const char *path, bool recursive, uint32_t max_entries,
             ws_entry **ret_entries, size_t *ret_n, bool *ret_truncated, cs_error **err);
 
 void ws_entries_free(ws_entry *entries, size_t n);
+
+/* For tests: directory entries ws_list has read on this thread so far (".." included). */
+size_t ws_list_names_seen(void);

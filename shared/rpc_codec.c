@@ -8,6 +8,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rpc_internal.h"
@@ -69,11 +70,12 @@ typedef enum wire_fault {
  * stored, listed and sent on to every strict client, which then fails to decode it (issue
  * 12's attack pass: a WriteFile path "bad\xff\xfe.txt" made ListFiles fail in Python):
  * refused too, in requests and responses alike.
- * Walks the encoded message, nested messages included; for WIRE_NUL and WIRE_UTF8,
- * *ret_field names the field. The bytes have already been decoded successfully, so only well-formed
- * input reaches here. */
+ * Walks the encoded message, nested messages (map entries among them) and every element of a
+ * repeated field included; for WIRE_NUL and WIRE_UTF8, names[0..*ret_depth] is the field's
+ * path from the top ("env", "value" for a map entry's value). The bytes have already been
+ * decoded successfully, so only well-formed input reaches here. */
 static wire_fault wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
-                             int depth, const char **ret_field)
+                             int depth, const char **names, int *ret_depth)
 {
         while (len > 0 && depth < WIRE_MAX_DEPTH) {
                 uint64_t key, n = 0;
@@ -104,15 +106,18 @@ static wire_fault wire_check(const ProtobufCMessageDescriptor *desc, const uint8
                         if (!k || n > len - k)
                                 return WIRE_FINE;
                         f = protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3));
+                        if (f)
+                                names[depth] = f->name;
+                        *ret_depth = depth;
                         if (f && f->type == PROTOBUF_C_TYPE_STRING) {
-                                *ret_field = f->name;
                                 if (memchr(p + k, 0, n))
                                         return WIRE_NUL;
                                 if (!cs_utf8_valid(p + k, n))
                                         return WIRE_UTF8;
                         }
                         if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                                fault = wire_check(f->descriptor, p + k, n, depth + 1, ret_field);
+                                fault = wire_check(f->descriptor, p + k, n, depth + 1, names,
+                                                   ret_depth);
                                 if (fault != WIRE_FINE)
                                         return fault;
                         }
@@ -135,13 +140,22 @@ static int decode(const ProtobufCMessageDescriptor *desc, const uint8_t *data, s
                   cs_error **err)
 {
         ProtobufCMessage *msg = protobuf_c_message_unpack(desc, NULL, len, data);
-        const char *field = NULL;
-        int r = -1;
+        const char *names[WIRE_MAX_DEPTH] = { 0 };
+        char field[256] = "";
+        int depth = 0, r = -1;
+        wire_fault fault;
 
         if (!msg)
                 return cs_error_set(err, bad_code, "malformed %s: not a valid %s", what,
                                     desc->name);
-        switch (wire_check(desc, data, len, 0, &field)) {
+        fault = wire_check(desc, data, len, 0, names, &depth);
+        /* The field's path, "env.value" for a map entry's value: the name a client knows. */
+        for (int i = 0; i <= depth && names[i]; i++) {
+                size_t w = strlen(field);
+
+                snprintf(field + w, sizeof(field) - w, "%s%s", i ? "." : "", names[i]);
+        }
+        switch (fault) {
         case WIRE_FINE:
                 *ret = msg;
                 return 0;

@@ -7,10 +7,13 @@
  * the rest is cut into slices (0: one slice; k: slices of k bytes, each its own allocation,
  * as gRPC hands over a message that came in several frames), the rest is the message.
  *
- * Beyond "no crash": a refusal carries the status asked for and a message; a decoded message
- * re-encodes, and that encoding decodes to one that encodes the same bytes; for the types
- * with a bulk field, rpc_message_unpack_bytes accepts exactly what rpc_message_unpack
- * accepts, its bytes are the field's contents, and the rest of the message is the same.
+ * Beyond "no crash": a refusal carries the status asked for and a message; every string of
+ * a decoded message is valid UTF-8 without a NUL (checked on the decoded message, walking it
+ * through its descriptors: every field, sub-messages, repeated fields, map entries, oneofs;
+ * an oracle independent of the reader's check on the wire); a decoded message re-encodes, and that
+ * encoding decodes to one that encodes the same bytes; for the types with a bulk field,
+ * rpc_message_unpack_bytes accepts exactly what rpc_message_unpack accepts, its bytes are the
+ * field's contents, and the rest of the message is the same.
  *
  * Owns: this file. Touches nothing but the code under test. */
 #include <grpc/byte_buffer.h>
@@ -23,6 +26,7 @@
 #include "compute/v1/compute.pb-c.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "rpc_internal.h"
+#include "utf8.h"
 #include "util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -124,6 +128,44 @@ static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *desc, grpc_byt
         return m;
 }
 
+static void check_string(const char *str)
+{
+        if (str && !cs_utf8_valid(str, strlen(str)))
+                abort();
+}
+
+/* Every string in m, at any depth, is UTF-8 (proto3's rule, which the reader enforces). */
+static void check_strings(const ProtobufCMessage *m, int depth)
+{
+        const ProtobufCMessageDescriptor *d = m->descriptor;
+
+        if (depth > 64)
+                abort(); /* the reader's depth cap is lower */
+        for (unsigned i = 0; i < d->n_fields; i++) {
+                const ProtobufCFieldDescriptor *f = &d->fields[i];
+                const char *at = (const char *)m + f->offset;
+                size_t n = 1;
+                const void *const *v = (const void *const *)(const void *)at;
+
+                if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
+                        continue;
+                if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF &&
+                    *(const uint32_t *)(const void *)((const char *)m + f->quantifier_offset) !=
+                            f->id)
+                        continue; /* another member of the oneof is set */
+                if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+                        n = *(const size_t *)(const void *)((const char *)m + f->quantifier_offset);
+                        v = *(const void *const *const *)(const void *)at;
+                }
+                for (size_t j = 0; j < n; j++) {
+                        if (f->type == PROTOBUF_C_TYPE_STRING)
+                                check_string(v[j]);
+                        else if (v[j])
+                                check_strings(v[j], depth + 1);
+                }
+        }
+}
+
 /* A decoded message survives a round trip: encode, decode, encode gives the same bytes. */
 static void check_round_trip(const ProtobufCMessage *m)
 {
@@ -203,6 +245,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         t = &wire_types[data[0] % ARRAY_SIZE(wire_types)];
         bb = make_buffer(data + 2, size - 2, data[1]);
         m = decode(t->desc, bb);
+        if (m)
+                check_strings(m, 0);
         if (m)
                 check_round_trip(m);
         if (t->bulk)
