@@ -141,6 +141,12 @@ void rpc_server_free(rpc_server *srv);
 /* Number of calls whose handler is running (for tests and metrics). */
 unsigned rpc_server_active_calls(rpc_server *srv);
 
+/* Writes grpc_server_started_total, grpc_server_handled_total and
+ * grpc_server_handling_seconds (the names and labels of the gRPC ecosystem's Prometheus
+ * middleware) for every registered method. Safe while calls run. */
+struct cs_mpage;
+void rpc_server_metrics(rpc_server *srv, struct cs_mpage *page);
+
 /* --- the call a handler is serving -------------------------------------------------------- */
 
 const char *rpc_call_method(const rpc_call *call);

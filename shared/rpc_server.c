@@ -21,6 +21,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "metrics.h"
 #include "rpc_internal.h"
 #include "share.h"
 #include "util.h"
@@ -39,6 +40,12 @@ typedef struct srv_method {
         /* The catch-all slot: calls for methods nobody registered (details says which). */
         bool unknown;
         grpc_call_details details;
+        /* Counted for rpc_server_metrics, as the gRPC ecosystem's Prometheus middleware does:
+         * calls accepted, calls ended by status code (refusals at the door included), and
+         * the time from accept to the final status. Not for the unknown slot. */
+        _Atomic uint64_t started;
+        _Atomic uint64_t handled[GRPC_STATUS_UNAUTHENTICATED + 1];
+        cs_histogram seconds;
 } srv_method;
 
 #define SRV_MAX_METHODS 32
@@ -80,10 +87,12 @@ typedef struct arena_block {
 
 struct rpc_call {
         rpc_server *srv;
+        srv_method *sm; /* NULL for a call to an unregistered method */
         const rpc_method *method;
         grpc_call *call;
         gpr_timespec deadline;
         int64_t deadline_ms;
+        int64_t accepted_ns; /* monotonic, for grpc_server_handling_seconds */
         grpc_metadata_array md;
         grpc_byte_buffer *payload;
         char *peer;
@@ -547,6 +556,17 @@ static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
         return bb;
 }
 
+/* The call ended with code: counted for rpc_server_metrics. */
+static void call_count_handled(rpc_call *c, grpc_status_code code)
+{
+        if (!c->sm)
+                return;
+        if ((unsigned)code > GRPC_STATUS_UNAUTHENTICATED)
+                code = GRPC_STATUS_UNKNOWN;
+        atomic_fetch_add_explicit(&c->sm->handled[code], 1, memory_order_relaxed);
+        cs_histogram_observe(&c->sm->seconds, cs_now_monotonic_ns() - c->accepted_ns);
+}
+
 static void *handler_main(void *arg)
 {
         rpc_call *c = arg;
@@ -559,6 +579,7 @@ static void *handler_main(void *arg)
         if (rpc_call_cancelled(c) && !err)
                 call_ended_error(c, &err);
         call_finish(c, resp, err);
+        call_count_handled(c, err ? err->code : GRPC_STATUS_OK);
         if (resp)
                 grpc_byte_buffer_destroy(resp);
 
@@ -604,6 +625,10 @@ static rpc_call *call_new(srv_method *sm)
         int64_t left;
 
         c->srv = sm->srv;
+        c->sm = sm->unknown ? NULL : sm;
+        c->accepted_ns = cs_now_monotonic_ns();
+        if (c->sm)
+                atomic_fetch_add_explicit(&sm->started, 1, memory_order_relaxed);
         c->method = sm->m;
         c->call = TAKE_PTR(sm->call);
         c->deadline = sm->deadline;
@@ -638,6 +663,7 @@ static void call_refuse(rpc_call *c, grpc_status_code code, const char *msg)
 
         rpc_call_log(c, CS_LOG_WARN, "%s from %s refused: %s", c->method->path, rpc_call_peer(c),
                      msg);
+        call_count_handled(c, code);
         c->send_tag.fn = on_refused;
         c->status_details = grpc_slice_from_copied_string(msg);
         ops[n] = (grpc_op){ .op = GRPC_OP_SEND_STATUS_FROM_SERVER };
@@ -859,8 +885,105 @@ int rpc_server_add_method(rpc_server *srv, const rpc_method *m, cs_error **err)
         sm->srv = srv;
         sm->accept_tag = (rpc_tag){ .fn = on_accept, .owner = sm };
         grpc_metadata_array_init(&sm->md);
+        cs_histogram_init(&sm->seconds, cs_histogram_default_bounds, cs_histogram_default_n);
         srv->n_methods++;
         return 0;
+}
+
+/* The grpc_code label as go-grpc-prometheus writes it (Go's codes.Code names), so that
+ * dashboards and alerts written for it work unchanged. */
+static const char *rpc_code_name(grpc_status_code code)
+{
+        static const char *const names[] = {
+                "OK",
+                "Canceled",
+                "Unknown",
+                "InvalidArgument",
+                "DeadlineExceeded",
+                "NotFound",
+                "AlreadyExists",
+                "PermissionDenied",
+                "ResourceExhausted",
+                "FailedPrecondition",
+                "Aborted",
+                "OutOfRange",
+                "Unimplemented",
+                "Internal",
+                "Unavailable",
+                "DataLoss",
+                "Unauthenticated",
+        };
+
+        return (unsigned)code < ARRAY_SIZE(names) ? names[code] : "Unknown";
+}
+
+/* "/package.Service/Method" split into its service and method labels. */
+static void method_labels(const char *path, char *service, char *method, size_t len)
+{
+        const char *slash = strrchr(path, '/');
+
+        snprintf(service, len, "%.*s", slash ? (int)(slash - path - 1) : 0, path + 1);
+        snprintf(method, len, "%s", slash ? slash + 1 : path);
+}
+
+void rpc_server_metrics(rpc_server *srv, cs_mpage *p)
+{
+        char service[128], method[128], code[32];
+
+        cs_mpage_family(p, "grpc_server_started_total", "counter",
+                        "Total number of RPCs started on the server.");
+        for (size_t i = 0; i < srv->n_methods; i++) {
+                srv_method *sm = &srv->methods[i];
+                const char *labels[] = { "grpc_service",
+                                         service,
+                                         "grpc_method",
+                                         method,
+                                         "grpc_type",
+                                         sm->m->unary ? "unary" : "server_stream",
+                                         NULL };
+
+                method_labels(sm->m->path, service, method, sizeof(service));
+                cs_mpage_sample_u64(p, "grpc_server_started_total", labels,
+                                    atomic_load_explicit(&sm->started, memory_order_relaxed));
+        }
+        cs_mpage_family(p, "grpc_server_handled_total", "counter",
+                        "Total number of RPCs completed on the server, regardless of success "
+                        "or failure.");
+        for (size_t i = 0; i < srv->n_methods; i++) {
+                srv_method *sm = &srv->methods[i];
+                const char *labels[] = {
+                        "grpc_service", service,     "grpc_method",
+                        method,         "grpc_type", sm->m->unary ? "unary" : "server_stream",
+                        "grpc_code",    code,        NULL
+                };
+
+                method_labels(sm->m->path, service, method, sizeof(service));
+                /* Every method has its OK series; other codes once they happened. */
+                for (unsigned k = 0; k < ARRAY_SIZE(sm->handled); k++) {
+                        uint64_t n = atomic_load_explicit(&sm->handled[k], memory_order_relaxed);
+
+                        if (n == 0 && k != GRPC_STATUS_OK)
+                                continue;
+                        snprintf(code, sizeof(code), "%s", rpc_code_name((grpc_status_code)k));
+                        cs_mpage_sample_u64(p, "grpc_server_handled_total", labels, n);
+                }
+        }
+        cs_mpage_family(p, "grpc_server_handling_seconds", "histogram",
+                        "Histogram of response latency (seconds) of gRPC that had been "
+                        "application-level handled by the server.");
+        for (size_t i = 0; i < srv->n_methods; i++) {
+                srv_method *sm = &srv->methods[i];
+                const char *labels[] = { "grpc_service",
+                                         service,
+                                         "grpc_method",
+                                         method,
+                                         "grpc_type",
+                                         sm->m->unary ? "unary" : "server_stream",
+                                         NULL };
+
+                method_labels(sm->m->path, service, method, sizeof(service));
+                cs_mpage_histogram(p, "grpc_server_handling_seconds", labels, &sm->seconds);
+        }
 }
 
 bool rpc_server_tls(const rpc_server *srv)

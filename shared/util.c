@@ -111,6 +111,14 @@ int64_t cs_now_monotonic_ms(void)
         return clock_ms(CLOCK_MONOTONIC);
 }
 
+int64_t cs_now_monotonic_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t cs_now_realtime_ms(void)
 {
         return clock_ms(CLOCK_REALTIME);

@@ -86,6 +86,8 @@ int cs_mkdir_parents(const char *path, mode_t mode);
 int cs_remove_tree(int dirfd, const char *name);
 
 int64_t cs_now_monotonic_ms(void);
+/* The same clock in nanoseconds (durations measured for metrics). */
+int64_t cs_now_monotonic_ns(void);
 /* Whether fd has data (or EOF, or an error) to read now, without waiting; false for fd < 0.
  * For cancel fds: a call's cancel fd turns readable once the call is cancelled. */
 bool cs_fd_readable(int fd);

@@ -20,6 +20,7 @@
 #include <grpc/slice_buffer.h>
 #include <grpc/support/time.h>
 
+#include "metrics.h"
 #include "rpc.h"
 #include "util.h"
 #include "test/v1/echo.pb-c.h"
@@ -378,6 +379,55 @@ static void test_unary_round_trip(void **state)
         assert_int_equal(err->code, GRPC_STATUS_FAILED_PRECONDITION);
         assert_string_equal(err->msg, "asked to fail");
         cs_error_free(err);
+}
+
+/* grpc_server_* counts each call once, by its method and final code, with a duration. */
+static void test_server_metrics(void **state)
+{
+        rpc_server *srv = echo_server_start(8, 2000);
+        rpc_channel *ch = channel_to(srv);
+        Test__V1__EchoRequest req = TEST__V1__ECHO_REQUEST__INIT;
+        Test__V1__EchoResponse *resp;
+        rpc_stream *st;
+        cs_error *err = NULL;
+        cs_mpage page = { 0 };
+
+        (void)state;
+        req.text = "hello";
+        resp = unary(ch, &req, NULL, &err);
+        assert_non_null(resp);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        req.text = "fail";
+        assert_null(unary(ch, &req, NULL, &err));
+        cs_error_free(err);
+        err = NULL;
+        st = stream_open(ch, "s", 3, 1, 0, NULL);
+        assert_int_equal(stream_drain(st, &err), 3);
+        rpc_stream_free(st);
+        rpc_channel_free(ch);
+        rpc_server_shutdown(srv); /* every handler has counted its end */
+
+        rpc_server_metrics(srv, &page);
+        for (const char *want =
+                     "# TYPE grpc_server_started_total counter\n\0"
+                     "grpc_server_started_total{grpc_service=\"test.v1.Echo\",grpc_method="
+                     "\"Unary\",grpc_type=\"unary\"} 2\n\0"
+                     "grpc_server_started_total{grpc_service=\"test.v1.Echo\",grpc_method="
+                     "\"Stream\",grpc_type=\"server_stream\"} 1\n\0"
+                     "grpc_server_handled_total{grpc_service=\"test.v1.Echo\",grpc_method="
+                     "\"Unary\",grpc_type=\"unary\",grpc_code=\"OK\"} 1\n\0"
+                     "grpc_server_handled_total{grpc_service=\"test.v1.Echo\",grpc_method="
+                     "\"Unary\",grpc_type=\"unary\",grpc_code=\"FailedPrecondition\"} 1\n\0"
+                     "grpc_server_handled_total{grpc_service=\"test.v1.Echo\",grpc_method="
+                     "\"Stream\",grpc_type=\"server_stream\",grpc_code=\"OK\"} 1\n\0"
+                     "grpc_server_handling_seconds_count{grpc_service=\"test.v1.Echo\","
+                     "grpc_method=\"Unary\",grpc_type=\"unary\"} 2\n\0"
+                     "# TYPE grpc_server_handling_seconds histogram\n\0";
+             *want; want += strlen(want) + 1)
+                if (!strstr(page.text, want))
+                        fail_msg("no '%s' in:\n%s", want, page.text);
+        cs_mpage_free(&page);
+        rpc_server_free(srv);
 }
 
 static void test_unknown_method(void **state)
@@ -990,6 +1040,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_unary_round_trip),
                 cmocka_unit_test(test_unknown_method),
+                cmocka_unit_test(test_server_metrics),
                 cmocka_unit_test(test_stream_10000_in_order),
                 cmocka_unit_test(test_16mib_both_ways),
                 cmocka_unit_test(test_over_cap_rejected),
