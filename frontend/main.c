@@ -26,6 +26,7 @@ static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms, agent_port, delet
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_LISTEN", "127.0.0.1:50051"),
+        CS_METRICS_OPTION(cfg, "COMPUTE_METRICS_LISTEN", ""),
         { "scheduler", "COMPUTE_SCHEDULER", CS_OPT_STRING, "local",
           "Where sandboxes run: local (the node agents of --agents) or kube (gVisor pods and "
           "workspace PVCs through the Kubernetes API server).",
@@ -225,6 +226,7 @@ int main(int argc, char **argv)
                                  sandbox_ns);
                 else
                         log_info("%s: scheduling on node agents %s", program.name, agents);
+                cs_daemon_set_metrics(&cfg, NULL, NULL);
                 cs_daemon_serve(srv, program.name, &err);
         }
         if (err)

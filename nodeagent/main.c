@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "cgroup.h"
+#include "agent_metrics.h"
 #include "daemon.h"
 #include "image_cmd.h"
 #include "kube.h"
@@ -30,7 +31,7 @@
 #include "signals.h"
 #include "util.h"
 
-#define AGENT_VERSION "0.1.0"
+#define AGENT_VERSION CS_VERSION /* the project's, from CMakeLists.txt */
 
 static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
@@ -46,6 +47,7 @@ static int64_t cpu_overcommit_pct, memory_overcommit_pct;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_AGENT_LISTEN", "127.0.0.1:50052"),
+        CS_METRICS_OPTION(cfg, "COMPUTE_AGENT_METRICS_LISTEN", ""),
         CS_SERVER_TLS_OPTIONS(cfg),
         { "listen-group", "COMPUTE_AGENT_LISTEN_GROUP", CS_OPT_STRING, "",
           "With --listen unix:PATH: the group that may connect too (an unprivileged frontend's): "
@@ -222,6 +224,14 @@ typedef struct agent {
         char hostname[256];
 } agent;
 
+/* The agent's part of every scrape of --metrics-listen. */
+static void agent_metrics(cs_mpage *p, void *userdata)
+{
+        agent *a = userdata;
+
+        na_metrics_write(p, a->src);
+}
+
 /* Kube mode: the finder of the pods' containers under the kubelet's runsc root. */
 static kube_finder *kube_finder_for(runtime *rt)
 {
@@ -383,8 +393,10 @@ int main(int argc, char **argv)
                 rpc_server_free(srv);
                 srv = NULL;
         }
-        if (srv)
+        if (srv) {
+                cs_daemon_set_metrics(&cfg, agent_metrics, &a);
                 r = cs_daemon_serve(srv, program.name, &err);
+        }
         if (err)
                 log_error("%s: %s", program.name, err->msg);
         agent_close(&a);

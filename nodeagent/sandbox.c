@@ -122,6 +122,7 @@ static void info_fill(sb_registry *reg, sandbox *sb, sb_info *ret)
         pthread_mutex_lock(&reg->lock);
         info_fill_locked(sb, ret);
         ret->usage = u;
+        ret->memory_now_bytes = sb->mem_now;
         pthread_mutex_unlock(&reg->lock);
 }
 

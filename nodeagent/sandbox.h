@@ -55,6 +55,7 @@ typedef struct sb_info {
         int64_t max_runtime_ms;
         int64_t created_at_ms, destroyed_at_ms, delete_after_ms; /* wall clock; 0: not set */
         usage_metrics usage;
+        uint64_t memory_now_bytes; /* memory.current at the reading of usage; 0 once frozen */
 } sb_info;
 
 void sb_info_clear(sb_info *info);

@@ -87,6 +87,7 @@ struct sandbox {
         usage_metrics frozen; /* final usage once FAILED or DESTROYED; before: the last reading */
         bool usage_frozen;
         uint64_t mem_sum, mem_n, mem_max; /* memory samples over the sandbox's life */
+        uint64_t mem_now;                 /* memory.current at the last live reading */
         uint64_t file_read, file_written;
 
         sb_window *windows; /* execs being measured */

@@ -37,6 +37,7 @@ void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
          * reading is the best there is. */
         if (sb->usage_frozen || !have) {
                 *ret = sb->frozen;
+                sb->mem_now = 0;
                 pthread_mutex_unlock(&reg->lock);
                 return;
         }
@@ -53,6 +54,7 @@ void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
         ret->network_egress_bytes =
                 tx > sb->frozen.network_egress_bytes ? tx : sb->frozen.network_egress_bytes;
         sb->frozen = *ret; /* the last reading, kept in the record */
+        sb->mem_now = s.memory_bytes;
         pthread_mutex_unlock(&reg->lock);
 }
 

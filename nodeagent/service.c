@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent_metrics.h"
 #include "compute/v1/compute.pb-c.h"
 #include "exec.h"
 #include "hostpath.h"
@@ -338,6 +339,7 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         exec_request er;
         char **keys, **values;
         sandbox *sb = NULL;
+        int64_t start;
         int r;
 
         (void)userdata;
@@ -364,7 +366,16 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                     rpc_call_cancel_fd(call), &sb, err) < 0)
                 return -1;
         sink.cancel_fd = rpc_call_cancel_fd(call);
+        start = cs_now_monotonic_ns();
+        na_metrics_exec_started();
         r = exec_run(svc.reg, svc.rt, sb, &er, &sink, &res, err);
+        na_metrics_exec_ended(r < 0            ? NA_EXEC_ERROR
+                              : res.oom_killed ? NA_EXEC_OOM
+                              : res.timed_out  ? NA_EXEC_TIMEOUT
+                              : res.cancelled  ? NA_EXEC_CANCELLED
+                              : res.signal     ? NA_EXEC_SIGNALED
+                                               : NA_EXEC_EXITED,
+                              cs_now_monotonic_ns() - start);
         sb_release(svc.reg, sb);
         if (r < 0)
                 return -1;
@@ -422,8 +433,10 @@ static int h_read_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobuf
         if (open_workspace(call, req->ref, &sb, &root, err) < 0)
                 return -1;
         r = ws_read(&root, req->path, req->offset, req->max_bytes, &rr, err);
-        if (r == 0)
+        if (r == 0) {
                 sb_count_file_io(svc.reg, sb, rr.len, 0);
+                na_metrics_file_bytes(false, rr.len);
+        }
         close_workspace(sb, &root);
         if (r < 0)
                 return -1;
@@ -456,8 +469,10 @@ static int h_write_file(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
         /* No set-id bits: the agent runs as root and files it creates are root's. */
         r = ws_writev(&root, req->path, data->iov, data->n_iov, data->len, req->append,
                       req->mode & 01777, &resp->bytes_written, err);
-        if (r == 0)
+        if (r == 0) {
                 sb_count_file_io(svc.reg, sb, 0, (uint64_t)resp->bytes_written);
+                na_metrics_file_bytes(true, (uint64_t)resp->bytes_written);
+        }
         close_workspace(sb, &root);
         return r;
 }

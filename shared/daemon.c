@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "health.h"
+#include "log.h"
+#include "metrics_http.h"
 #include "privs.h"
 #include "signals.h"
 #include "util.h"
@@ -374,8 +376,39 @@ static int drop_privileges(cs_error **err)
         return 0;
 }
 
+/* The metrics endpoint of cs_daemon_serve (cs_daemon_set_metrics). */
+static struct {
+        const char *listen;
+        cs_daemon_metrics_fn fn;
+        void *userdata;
+        /* Set by cs_daemon_serve for the collector. */
+        rpc_server *srv;
+        const char *name;
+} metrics;
+
+static void metrics_collect(cs_mpage *p, void *userdata)
+{
+        const char *build[] = { "program", metrics.name, "version", CS_VERSION, NULL };
+
+        (void)userdata;
+        cs_mpage_process(p);
+        cs_mpage_family(p, "compute_build_info", "gauge", "The program and its version; always 1.");
+        cs_mpage_sample(p, "compute_build_info", build, 1);
+        rpc_server_metrics(metrics.srv, p);
+        if (metrics.fn)
+                metrics.fn(p, metrics.userdata);
+}
+
+void cs_daemon_set_metrics(const cs_daemon_config *cfg, cs_daemon_metrics_fn fn, void *userdata)
+{
+        metrics.listen = cfg->metrics_listen;
+        metrics.fn = fn;
+        metrics.userdata = userdata;
+}
+
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
+        cs_metrics_server *ms = NULL;
         int sig, r;
         mode_t mask;
 
@@ -386,9 +419,20 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
         umask(mask);
         if (r == 0 && unix_socket[0])
                 r = unix_socket_restrict(err);
+        metrics.srv = srv;
+        metrics.name = name;
+        if (r == 0 && metrics.listen && metrics.listen[0]) {
+                ms = cs_metrics_server_start(metrics.listen, metrics_collect, NULL, err);
+                if (!ms)
+                        r = -1;
+                else
+                        log_info("%s: metrics on http://%s/metrics (port %d)", name, metrics.listen,
+                                 cs_metrics_server_port(ms));
+        }
         if (r == 0 && serve_user[0])
                 r = drop_privileges(err);
         if (r < 0) {
+                cs_metrics_server_stop(ms);
                 rpc_server_free(srv);
                 return -1;
         }
@@ -401,6 +445,7 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
                          rpc_server_tls(srv) ? " (mutual TLS)" : "");
         sig = cs_signals_wait();
         log_info("%s: %s received, shutting down", name, strsignal(sig));
+        cs_metrics_server_stop(ms); /* its collector reads srv */
         rpc_server_free(srv);
         if (unix_socket[0])
                 unlink(unix_socket);

@@ -16,7 +16,19 @@ typedef struct cs_daemon_config {
         char *tls_ca;
         char *tls_cert;
         char *tls_key;
+        /* CS_METRICS_OPTION: where GET /metrics is served; empty: nowhere. */
+        char *metrics_listen;
 } cs_daemon_config;
+
+/* The metrics endpoint's option (each daemon names its own environment variable). */
+#define CS_METRICS_OPTION(cfg, env, default_)                                                      \
+        {                                                                                          \
+                "metrics-listen", env, CS_OPT_STRING, default_,                                    \
+                        "Address to serve Prometheus metrics on, plain HTTP (GET /metrics): "      \
+                        "host:port, numeric (port 0 picks a free one; an empty host: every "       \
+                        "address). Empty: no metrics endpoint.",                                   \
+                        &(cfg).metrics_listen, 0, 0                                                \
+        }
 
 /* The common options, as cs_option initialisers for a program's table. */
 #define CS_DAEMON_OPTIONS(cfg, listen_env, listen_default)                                         \
@@ -166,6 +178,16 @@ int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err);
  * server TLS options set, the server serves mutual TLS only (the files are read here). */
 rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const *services,
                                  cs_error **err);
+
+/* The program's own metrics, written on every scrape after the common ones
+ * (process_*, compute_build_info, grpc_server_* of the server cs_daemon_serve runs). */
+struct cs_mpage;
+typedef void (*cs_daemon_metrics_fn)(struct cs_mpage *page, void *userdata);
+
+/* Makes cs_daemon_serve() serve GET /metrics on cfg->metrics_listen (when not empty) from
+ * the moment its gRPC server listens until it stops, with fn (NULL: the common metrics only)
+ * adding the program's. Call before cs_daemon_serve(). */
+void cs_daemon_set_metrics(const cs_daemon_config *cfg, cs_daemon_metrics_fn fn, void *userdata);
 
 /* Starts srv, logs where it listens, serves until SIGINT or SIGTERM, then shuts down
  * gracefully and frees it. Returns 0, or -1 with *err when the server cannot start. */

@@ -106,14 +106,30 @@ static void put_series(cs_mpage *p, const char *name, const char *const *labels,
         puts_(p, n ? "} " : " ");
 }
 
+/* The shortest decimal that reads back as v ("0.1", not "0.10000000000000001"). */
+static void format_double(char *buf, size_t len, double v)
+{
+        if (isnan(v)) {
+                snprintf(buf, len, "NaN");
+                return;
+        }
+        if (isinf(v)) {
+                snprintf(buf, len, v > 0 ? "+Inf" : "-Inf");
+                return;
+        }
+        for (int prec = 1; prec <= 17; prec++) {
+                snprintf(buf, len, "%.*g", prec, v);
+                if (strtod(buf, NULL) == v)
+                        return;
+        }
+}
+
 static void put_double(cs_mpage *p, double v)
 {
-        if (isnan(v))
-                puts_(p, "NaN");
-        else if (isinf(v))
-                puts_(p, v > 0 ? "+Inf" : "-Inf");
-        else
-                putf(p, "%.17g", v);
+        char buf[32];
+
+        format_double(buf, sizeof(buf), v);
+        puts_(p, buf);
 }
 
 void cs_mpage_sample(cs_mpage *p, const char *name, const char *const *labels, double value)
@@ -161,10 +177,7 @@ void cs_mpage_histogram(cs_mpage *p, const char *name, const char *const *labels
          * running total, so the page is monotonic within itself. */
         for (size_t i = 0; i <= h->n_bounds; i++) {
                 cum += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
-                if (i < h->n_bounds)
-                        snprintf(le, sizeof(le), "%.17g", h->bounds[i]);
-                else
-                        snprintf(le, sizeof(le), "+Inf");
+                format_double(le, sizeof(le), i < h->n_bounds ? h->bounds[i] : INFINITY);
                 put_series(p, bucket, labels, le);
                 putf(p, "%" PRIu64 "\n", cum);
         }

@@ -47,14 +47,14 @@ def run_cleanups():
 
 
 class FrontendProcess:
-    def __init__(self, agents, log_dir):
+    def __init__(self, agents, log_dir, *extra):
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log_path = os.path.join(log_dir, "frontend.log")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [FRONTEND, "--listen", self.address, "--agents", agents,
-                 "--log-level", "debug", "--shutdown-grace-ms", "3000"],
+                 "--log-level", "debug", "--shutdown-grace-ms", "3000"] + list(extra),
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
