@@ -16,6 +16,9 @@ CS_PACKAGES=(
 # The fuzz targets' libFuzzer build (tests/fuzz/, a ctest fixture of its own): test-only, not
 # part of the build the Dockerfile makes.
 CS_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
+# A real Prometheus server (and promtool) for integration.metrics and the deploy/ rule checks:
+# test-only too.
+CS_TEST_PACKAGES=(prometheus)
 
 # runsc comes from Debian 13 (trixie): Debian 12's (2022-12) fails statx inside the sandbox
 # (`ls -l` gets EINVAL) and runs on the slow ptrace platform. Debian 13's is one static binary
@@ -73,11 +76,12 @@ cs_apt_pin_runsc() {
                 cs_as_root tee "$CS_APT_RUNSC_PIN" >/dev/null
 }
 
-# Installs whichever of CS_PACKAGES and CS_FUZZ_PACKAGES is not installed yet, and a current
+# Installs whichever of CS_PACKAGES, CS_FUZZ_PACKAGES and CS_TEST_PACKAGES is not installed yet,
+# and a current
 # runsc.
 cs_install_deps() {
         local missing=() p
-        for p in "${CS_PACKAGES[@]}" "${CS_FUZZ_PACKAGES[@]}"; do
+        for p in "${CS_PACKAGES[@]}" "${CS_FUZZ_PACKAGES[@]}" "${CS_TEST_PACKAGES[@]}"; do
                 dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
                         missing+=("$p")
         done

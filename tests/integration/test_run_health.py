@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import unittest
 
 import grpc
@@ -46,10 +47,13 @@ class RunScriptTest(unittest.TestCase):
         # The unprivileged frontend must be able to search down to the agent's socket.
         os.chmod(self.state.name, 0o711)
         self.fport, self.aport = free_port(), free_port()
+        self.fmetrics, self.ametrics = free_port(), free_port()
         self.sock = os.path.join(self.state.name, "state", "run", "agent.sock")
         env = dict(os.environ,
                    COMPUTE_LISTEN=f"127.0.0.1:{self.fport}",
                    COMPUTE_AGENT_LISTEN=f"127.0.0.1:{self.aport}",
+                   COMPUTE_METRICS_LISTEN=f"127.0.0.1:{self.fmetrics}",
+                   COMPUTE_AGENT_METRICS_LISTEN=f"127.0.0.1:{self.ametrics}",
                    COMPUTE_STATE_DIR=os.path.join(self.state.name, "state"),
                    # The default image ctest's fixture built, not a second build of it.
                    COMPUTE_IMAGES_DIR=os.environ.get("COMPUTE_TEST_IMAGES_DIR",
@@ -94,6 +98,12 @@ class RunScriptTest(unittest.TestCase):
         self.assertEqual(self.wait_serving(agent, ""), "SERVING")
         self.assertEqual(self.health.check(front, "compute.v1.ComputeService"), "SERVING")
         self.assertEqual(self.health.check(agent, "nodeagent.v1.NodeAgent"), "SERVING")
+        # Both metrics endpoints, as scripts/run prints them.
+        for port, program in ((self.fmetrics, "compute-frontend"),
+                              (self.ametrics, "compute-nodeagent")):
+            self.assertIn(f"http://127.0.0.1:{port}/metrics", self.output())
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                self.assertIn(f'compute_build_info{{program="{program}"', r.read().decode())
         for address in (front, agent):
             with self.assertRaises(grpc.RpcError) as cm:
                 self.health.check(address, "no.such.Service")
