@@ -212,3 +212,22 @@ void kagent_channels_free(kube *k)
                 k->channels = next;
         }
 }
+
+/* An agent pod is up when it could be routed to: Running, with an IP, not being deleted. */
+static void agent_up(json_t *pod, void *userdata)
+{
+        cs_mpage *p = userdata;
+        const char *node = kube_get_str(pod, "spec.nodeName");
+        const char *labels[] = { "agent", node ? node : "", NULL };
+
+        if (node)
+                cs_mpage_sample_u64(p, "compute_agent_up", labels, match_agent(pod, (void *)node));
+}
+
+void kagent_metrics(kube *k, cs_mpage *p)
+{
+        cs_mpage_family(p, "compute_agent_up", "gauge",
+                        "1 when the node's agent pod can be called (Running, with an IP), 0 "
+                        "when not.");
+        kube_cache_each(k->agents, agent_up, p);
+}

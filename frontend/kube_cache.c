@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -50,6 +51,9 @@ struct kube_cache {
         int stop_fd;
         pthread_t thread;
         bool started;
+
+        /* For kube_cache_stats (metrics): read by any thread. */
+        _Atomic uint64_t watch_restarts, relists;
 
         /* The thread's own. */
         int64_t backoff_ms, retry_after_ms;
@@ -409,7 +413,11 @@ static void *cache_main(void *arg)
 
         for (;;) {
                 if (!listed) {
+                        bool again = c->synced; /* a LIST after the first */
+
                         listed = do_list(c) == 0;
+                        if (listed && again)
+                                atomic_fetch_add(&c->relists, 1);
                         if (listed)
                                 note_success(c);
                         else if (!backoff(c))
@@ -420,9 +428,11 @@ static void *cache_main(void *arg)
                 case WATCH_ENDED:
                         break;
                 case WATCH_GONE:
+                        atomic_fetch_add(&c->watch_restarts, 1);
                         listed = false;
                         break;
                 case WATCH_FAILED:
+                        atomic_fetch_add(&c->watch_restarts, 1);
                         if (!backoff(c))
                                 return NULL;
                         break;
@@ -611,5 +621,21 @@ void kube_cache_upsert(kube_cache *c, json_t *obj)
                 c->version++;
                 pthread_cond_broadcast(&c->cond);
         }
+        pthread_mutex_unlock(&c->lock);
+}
+
+void kube_cache_stats(kube_cache *c, uint64_t *ret_watch_restarts, uint64_t *ret_relists)
+{
+        *ret_watch_restarts = atomic_load(&c->watch_restarts);
+        *ret_relists = atomic_load(&c->relists);
+}
+
+void kube_cache_each(kube_cache *c, void (*fn)(json_t *obj, void *userdata), void *userdata)
+{
+        const char *name;
+        json_t *obj;
+
+        pthread_mutex_lock(&c->lock);
+        json_object_foreach(c->objects, name, obj) fn(obj, userdata);
         pthread_mutex_unlock(&c->lock);
 }

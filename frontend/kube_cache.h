@@ -65,3 +65,10 @@ uint64_t kube_cache_wait_change(kube_cache *c, uint64_t since, int64_t deadline_
  * older than what the cache has seen of the collection (it may have been deleted since). The
  * object is copied. */
 void kube_cache_upsert(kube_cache *c, json_t *obj);
+
+/* Watches that ended in an error or 410 Gone (and were reopened), and LISTs after the
+ * first (after a 410 or a failure): for the frontend's metrics. */
+void kube_cache_stats(kube_cache *c, uint64_t *ret_watch_restarts, uint64_t *ret_relists);
+
+/* Calls fn for every object, under the cache's lock (fn must not call into the cache). */
+void kube_cache_each(kube_cache *c, void (*fn)(json_t *obj, void *userdata), void *userdata);

@@ -209,6 +209,9 @@ kube_client *kube_client_new(const kube_client_config *cfg, cs_error **err)
         kc = cs_xcalloc(1, sizeof(*kc));
         pthread_mutex_init(&kc->token_lock, NULL);
         pthread_mutex_init(&kc->pool_lock, NULL);
+        for (int v = 0; v < KUBE_N_VERBS; v++)
+                cs_histogram_init(&kc->request_seconds[v], cs_histogram_default_bounds,
+                                  cs_histogram_default_n);
         for (size_t i = 0; i < ARRAY_SIZE(kc->share_locks); i++)
                 pthread_mutex_init(&kc->share_locks[i], NULL);
         kc->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : KUBE_DEFAULT_TIMEOUT_MS;

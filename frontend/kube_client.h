@@ -130,3 +130,8 @@ json_t *kube_get_key(json_t *obj, ...) __attribute__((sentinel));
  * bytes) and returns buf. */
 int64_t kube_time_parse(const char *s);
 const char *kube_time_format(int64_t ms, char buf[static 32]);
+
+/* Writes compute_kube_requests_total{verb,code} and compute_kube_request_duration_seconds
+ * {verb} (the requests of kube_request_ex; watches are counted by their caches). */
+struct cs_mpage;
+void kube_client_metrics(kube_client *kc, struct cs_mpage *page);

@@ -4,6 +4,7 @@
  * Owns: the handle pool (under pool_lock), kube_buf, the curl error wording, cancel fds.
  * Touches: the client's configuration read-only, its token through kube_client_token. */
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -191,6 +192,57 @@ static int request_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow
         return kube_cancel_check(*(const int *)userdata) != 0;
 }
 
+static const char *const kube_verbs[KUBE_N_VERBS] = { "GET",   "POST",   "PUT",
+                                                      "PATCH", "DELETE", "other" };
+
+static unsigned verb_index(const char *method)
+{
+        unsigned i = 0;
+
+        while (i < KUBE_N_VERBS - 1 && strcmp(kube_verbs[i], method) != 0)
+                i++;
+        return i;
+}
+
+/* A request that went out ended with HTTP status (0: no answer) after ns. */
+static void count_request(kube_client *kc, const char *method, long status, int64_t ns)
+{
+        unsigned v = verb_index(method);
+
+        if (status < 0 || status > KUBE_MAX_STATUS)
+                status = 0;
+        atomic_fetch_add_explicit(&kc->requests[v][status], 1, memory_order_relaxed);
+        cs_histogram_observe(&kc->request_seconds[v], ns);
+}
+
+void kube_client_metrics(kube_client *kc, cs_mpage *p)
+{
+        char code[8];
+
+        cs_mpage_family(p, "compute_kube_requests_total", "counter",
+                        "Requests to the Kubernetes API server (watches apart), by verb and HTTP "
+                        "status; code=\"error\" when no answer came (connection, timeout).");
+        for (unsigned v = 0; v < KUBE_N_VERBS; v++)
+                for (unsigned s = 0; s <= KUBE_MAX_STATUS; s++) {
+                        uint64_t n =
+                                atomic_load_explicit(&kc->requests[v][s], memory_order_relaxed);
+                        const char *labels[] = { "verb", kube_verbs[v], "code", code, NULL };
+
+                        if (!n)
+                                continue;
+                        snprintf(code, sizeof(code), s ? "%u" : "error", s);
+                        cs_mpage_sample_u64(p, "compute_kube_requests_total", labels, n);
+                }
+        cs_mpage_family(p, "compute_kube_request_duration_seconds", "histogram",
+                        "Time of requests to the Kubernetes API server (watches apart), by verb.");
+        for (unsigned v = 0; v < KUBE_N_VERBS; v++) {
+                const char *labels[] = { "verb", kube_verbs[v], NULL };
+
+                cs_mpage_histogram(p, "compute_kube_request_duration_seconds", labels,
+                                   &kc->request_seconds[v]);
+        }
+}
+
 int kube_request_ex(kube_client *kc, const char *method, const char *path, json_t *body,
                     int64_t timeout_ms, int cancel_fd, kube_response *ret, cs_error **err)
 {
@@ -202,6 +254,8 @@ int kube_request_ex(kube_client *kc, const char *method, const char *path, json_
         const char *ct;
         CURLcode rc;
         CURL *h;
+        int64_t started = 0;
+        long answered = 0;
         int r = -1;
 
         memset(ret, 0, sizeof(*ret));
@@ -244,7 +298,10 @@ int kube_request_ex(kube_client *kc, const char *method, const char *path, json_
                              kube_curl_why(rc, errbuf));
                 goto out;
         }
+        started = cs_now_monotonic_ns();
         rc = curl_easy_perform(h);
+        if (rc == CURLE_OK)
+                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &answered);
         if (out.too_big) {
                 cs_error_set(err, GRPC_STATUS_INTERNAL,
                              "kube %s %s: response body larger than %u bytes", method, path,
@@ -273,6 +330,8 @@ int kube_request_ex(kube_client *kc, const char *method, const char *path, json_
         }
         r = 0;
 out:
+        if (started)
+                count_request(kc, method, answered, cs_now_monotonic_ns() - started);
         pool_put(kc, h);
         curl_slist_free_all(headers);
         free(out.data);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -19,9 +20,14 @@
 
 #include "kube_client.h"
 #include "kube_config.h"
+#include "metrics.h"
 
 /* Idle easy handles kept; each holds its own live connections. */
 #define KUBE_POOL_MAX 8
+
+/* The verbs kube_request_ex counts, in kube_verbs[] order (kube_http.c). */
+#define KUBE_N_VERBS    6 /* GET POST PUT PATCH DELETE, and anything else */
+#define KUBE_MAX_STATUS 599
 
 struct kube_client {
         /* Server, namespace, TLS material; conf.token and the token file under token_lock. */
@@ -42,6 +48,11 @@ struct kube_client {
         pthread_mutex_t pool_lock;
         CURL *pool[KUBE_POOL_MAX];
         size_t n_pool;
+
+        /* Requests (kube_request_ex; not watches) by verb and HTTP status (0: no answer),
+         * and their durations by verb: kube_client_metrics. */
+        _Atomic uint64_t requests[KUBE_N_VERBS][KUBE_MAX_STATUS + 1];
+        cs_histogram request_seconds[KUBE_N_VERBS];
 };
 
 /* The bearer token to send now (malloc'd; the caller wipes and frees it), or NULL for none.

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "metrics.h"
 #include "health.h"
 #include "scheduler.h"
 #include "service.h"
@@ -169,6 +170,12 @@ static scheduler *scheduler_new(cs_error **err)
         return scheduler_local_new(&lc, err);
 }
 
+/* The frontend's part of every scrape of --metrics-listen: its scheduler's. */
+static void frontend_metrics(cs_mpage *p, void *userdata)
+{
+        scheduler_metrics(userdata, p);
+}
+
 int main(int argc, char **argv)
 {
         _cleanup_error_ cs_error *err = NULL;
@@ -226,7 +233,7 @@ int main(int argc, char **argv)
                                  sandbox_ns);
                 else
                         log_info("%s: scheduling on node agents %s", program.name, agents);
-                cs_daemon_set_metrics(&cfg, NULL, NULL);
+                cs_daemon_set_metrics(&cfg, frontend_metrics, sched);
                 cs_daemon_serve(srv, program.name, &err);
         }
         if (err)

@@ -74,3 +74,9 @@ bool scheduler_serving(scheduler *s)
 {
         return !s->ops->serving || s->ops->serving(s);
 }
+
+void scheduler_metrics(scheduler *s, struct cs_mpage *page)
+{
+        if (s->ops->metrics)
+                s->ops->metrics(s, page);
+}

@@ -106,11 +106,16 @@ typedef struct scheduler_ops {
                      cs_error **err);
         /* Whether it can serve calls now (health: NOT_SERVING when false); NULL: always. */
         bool (*serving)(scheduler *s);
+        /* Writes its part of the frontend's /metrics page (docs/metrics.md); NULL: none. */
+        void (*metrics)(scheduler *s, struct cs_mpage *page);
         void (*free)(scheduler *s);
 } scheduler_ops;
 
 /* s->ops->serving(s), or true when the backend has no such op. */
 bool scheduler_serving(scheduler *s);
+/* s->ops->metrics(s, page), when the backend has the op. */
+struct cs_mpage;
+void scheduler_metrics(scheduler *s, struct cs_mpage *page);
 
 struct scheduler {
         const scheduler_ops *ops;

@@ -403,12 +403,90 @@ static int kube_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route 
         }
 }
 
+static void count_pod(json_t *pod, void *userdata)
+{
+        uint64_t *by_status = userdata;
+        fe_status st = kobj_pod_status(pod);
+
+        if ((unsigned)st <= FE_STATUS_DESTROYED)
+                by_status[st]++;
+}
+
+typedef struct pvc_count {
+        int64_t now_ms;
+        uint64_t expired;
+} pvc_count;
+
+/* A PVC whose delete-after has passed and that still exists: the GC has not run since. */
+static void count_pvc(json_t *pvc, void *userdata)
+{
+        pvc_count *c = userdata;
+        const char *after = kobj_annotation(pvc, ANN_DELETE_AFTER);
+        int64_t after_ms = after ? kube_time_parse(after) : -1;
+
+        if (after_ms >= 0 && after_ms <= c->now_ms && !kobj_being_deleted(pvc))
+                c->expired++;
+}
+
+static void kube_metrics(scheduler *s, cs_mpage *p)
+{
+        static const char *const names[] = { [FE_STATUS_UNSPECIFIED] = "UNSPECIFIED",
+                                             [FE_STATUS_STARTING] = "STARTING",
+                                             [FE_STATUS_READY] = "READY",
+                                             [FE_STATUS_FAILED] = "FAILED",
+                                             [FE_STATUS_DESTROYED] = "DESTROYED" };
+        const struct {
+                kube_cache *c;
+                const char *resource;
+        } caches[] = { { KUBE(s)->pods, "sandbox_pods" },
+                       { KUBE(s)->agents, "agent_pods" },
+                       { KUBE(s)->pvcs, "workspace_pvcs" } };
+        kube *k = KUBE(s);
+        uint64_t by_status[FE_STATUS_DESTROYED + 1] = { 0 };
+        pvc_count pvcs = { .now_ms = cs_now_realtime_ms() };
+
+        kube_client_metrics(k->kc, p);
+        cs_mpage_family(p, "compute_kube_watch_restarts_total", "counter",
+                        "Watches that ended in an error or 410 Gone, by the cache's resource.");
+        for (size_t i = 0; i < ARRAY_SIZE(caches); i++) {
+                uint64_t restarts, relists;
+                const char *labels[] = { "resource", caches[i].resource, NULL };
+
+                kube_cache_stats(caches[i].c, &restarts, &relists);
+                cs_mpage_sample_u64(p, "compute_kube_watch_restarts_total", labels, restarts);
+        }
+        cs_mpage_family(p, "compute_kube_relists_total", "counter",
+                        "LISTs after a cache's first (after a 410 Gone or a failed watch).");
+        for (size_t i = 0; i < ARRAY_SIZE(caches); i++) {
+                uint64_t restarts, relists;
+                const char *labels[] = { "resource", caches[i].resource, NULL };
+
+                kube_cache_stats(caches[i].c, &restarts, &relists);
+                cs_mpage_sample_u64(p, "compute_kube_relists_total", labels, relists);
+        }
+        kagent_metrics(k, p);
+        kube_cache_each(k->pods, count_pod, by_status);
+        cs_mpage_family(p, "compute_scheduler_sandboxes", "gauge",
+                        "Sandbox pods by the status the API reports for them.");
+        for (unsigned st = FE_STATUS_STARTING; st <= FE_STATUS_FAILED; st++) {
+                const char *labels[] = { "status", names[st], NULL };
+
+                cs_mpage_sample_u64(p, "compute_scheduler_sandboxes", labels, by_status[st]);
+        }
+        kube_cache_each(k->pvcs, count_pvc, &pvcs);
+        cs_mpage_family(p, "compute_workspace_pvcs_expired", "gauge",
+                        "Workspace PVCs whose delete-after has passed and that still exist (the "
+                        "GC CronJob deletes them).");
+        cs_mpage_sample_u64(p, "compute_workspace_pvcs_expired", NULL, pvcs.expired);
+}
+
 static void kube_free(scheduler *s)
 {
         kube *k = KUBE(s);
 
         if (!k)
                 return;
+        kube_cache_free(k->pvcs);
         kube_cache_free(k->pods);
         kube_cache_free(k->agents);
         kagent_channels_free(k);
@@ -428,6 +506,7 @@ static const scheduler_ops kube_ops = {
         .describe = kube_describe,
         .destroy = kube_destroy,
         .route = kube_route,
+        .metrics = kube_metrics,
         .free = kube_free,
 };
 
@@ -435,7 +514,7 @@ scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
 {
         kube *k = cs_xcalloc(1, sizeof(*k));
         int64_t sync_ms = cfg->sync_timeout_ms > 0 ? cfg->sync_timeout_ms : 30000, sync_end;
-        _cleanup_free_ char *pods = NULL, *agents = NULL;
+        _cleanup_free_ char *pods = NULL, *agents = NULL, *pvcs = NULL;
 
         k->s.ops = &kube_ops;
         pthread_mutex_init(&k->lock, NULL);
@@ -479,6 +558,15 @@ scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
                                                          .what = "node agent pods" },
                                    err);
         if (!k->agents)
+                goto fail;
+        pvcs = kapi_pvcs_path(k);
+        /* Not waited for: only the metrics read it. */
+        k->pvcs = kube_cache_new(&(kube_cache_config){ .client = k->kc,
+                                                       .path = pvcs,
+                                                       .label_selector = SANDBOX_SELECTOR,
+                                                       .what = "workspace PVCs" },
+                                 err);
+        if (!k->pvcs)
                 goto fail;
         /* Both caches list at once; together they get sync_ms. */
         sync_end = cs_now_monotonic_ms() + sync_ms;

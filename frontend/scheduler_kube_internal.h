@@ -22,6 +22,7 @@
 #include "kube_cache.h"
 #include "kube_client.h"
 #include "kube_objects.h"
+#include "metrics.h"
 #include "scheduler.h"
 
 /* One gRPC channel to one node agent address, shared by the routes to that agent. */
@@ -36,6 +37,7 @@ typedef struct kube {
         scheduler s;
         kube_client *kc;
         kube_cache *pods, *agents;
+        kube_cache *pvcs; /* the workspace PVCs: metrics only (compute_workspace_pvcs_expired) */
         char *ns, *agent_ns, *runtime_class, *storage_class, *size;
         int64_t agent_port, delete_grace_s, agent_timeout_ms, wait_ready_ms;
 
@@ -84,6 +86,8 @@ int kapi_fail(const kube_response *r, cs_error **err, const char *fmt, ...)
 
 /* The collections of the sandbox namespace (malloc'd). */
 char *kapi_pods_path(const kube *k);
+/* compute_agent_up{agent=<node>} for every agent pod the agent cache holds. */
+void kagent_metrics(kube *k, struct cs_mpage *p);
 char *kapi_pvcs_path(const kube *k);
 
 /* GETs one object by name: 0 with *ret (NULL when it does not exist), or -1. */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "compute/v1/compute.pb-c.h"
+#include "metrics.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "pbconv.h"
 #include "scheduler.h"
@@ -561,6 +562,36 @@ static bool local_serving(scheduler *s)
         return r;
 }
 
+/* compute_agent_up per agent of --agents, compute_scheduler_sandboxes by what the map knows:
+ * live or destroyed (the local map keeps no finer status; DescribeSandbox asks the agent). */
+static void local_metrics(scheduler *s, cs_mpage *p)
+{
+        local *l = LOCAL(s);
+        uint64_t live = 0, destroyed = 0;
+        const char *live_l[] = { "status", "live", NULL },
+                   *dest_l[] = { "status", "destroyed", NULL };
+
+        cs_mpage_family(p, "compute_agent_up", "gauge",
+                        "1 when the node agent answers its health checks, 0 when not.");
+        pthread_mutex_lock(&l->lock);
+        for (int i = 0; i < l->n_agents; i++) {
+                const char *labels[] = { "agent", l->agents[i].addr, NULL };
+
+                cs_mpage_sample_u64(p, "compute_agent_up", labels, l->agents[i].healthy);
+        }
+        for (entry *e = l->map; e; e = e->next) {
+                if (e->destroyed)
+                        destroyed++;
+                else
+                        live++;
+        }
+        pthread_mutex_unlock(&l->lock);
+        cs_mpage_family(p, "compute_scheduler_sandboxes", "gauge",
+                        "Sandboxes the scheduler knows of, by status (local: live or destroyed).");
+        cs_mpage_sample_u64(p, "compute_scheduler_sandboxes", live_l, live);
+        cs_mpage_sample_u64(p, "compute_scheduler_sandboxes", dest_l, destroyed);
+}
+
 static void local_free(scheduler *s)
 {
         local *l = LOCAL(s);
@@ -597,6 +628,7 @@ static const scheduler_ops local_ops = {
         .destroy = local_destroy,
         .route = local_route,
         .serving = local_serving,
+        .metrics = local_metrics,
         .free = local_free,
 };
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +26,7 @@ import grpc
 
 import test_frontend as tf
 from agent_client import code_of
+from agent_fixture import free_port
 from compute_client import Compute
 from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
 import testmain
@@ -95,8 +97,10 @@ class KubeObjectsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         def setup(cls):
+            cls.metrics_port = free_port()
             cls.fe = cls.stack.frontend("--delete-grace-s", "2", "--sandbox-image",
-                                        "registry.example/img:1")
+                                        "registry.example/img:1", "--metrics-listen",
+                                        f"127.0.0.1:{cls.metrics_port}")
             cls.c = Compute(BUILD_DIR, cls.fe.address)
         stack_for(cls, setup)
 
@@ -106,6 +110,23 @@ class KubeObjectsTest(unittest.TestCase):
         ok, report = cls.stack.close()
         if not ok:
             raise AssertionError(report)
+
+    def metrics(self):
+        """The frontend's /metrics page as {'name{labels}': value}, checked by promtool."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=10) as r:
+            page = r.read().decode()
+        check = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
+                               capture_output=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in page.splitlines() if line and not line.startswith("#")}
+
+    def wait_metric(self, series, ok, what):
+        deadline = time.monotonic() + 30
+        while not ok(self.metrics().get(series, -1)):
+            self.assertLess(time.monotonic(), deadline, f"{series} never {what}")
+            time.sleep(0.2)
 
     def test_pod_and_pvc(self):
         c, api = self.c, self.stack.api
@@ -145,8 +166,16 @@ class KubeObjectsTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "pod never deleted")
             time.sleep(0.2)
         self.assertEqual(c.describe(r.sandbox_id).status, c.pb.SANDBOX_STATUS_DESTROYED)
-        # The GC, twice at once, after the grace of 2 s: one deletion, both succeed.
+        # The GC, twice at once, after the grace of 2 s: one deletion, both succeed. Until
+        # then the frontend's metrics count the PVC as expired (the alert of deploy/).
         time.sleep(2.5)
+        self.wait_metric("compute_workspace_pvcs_expired", lambda v: v >= 1, ">= 1")
+        m = self.metrics()
+        self.assertGreaterEqual(m['compute_kube_requests_total{verb="POST",code="201"}'], 2)
+        self.assertGreaterEqual(m['grpc_server_handled_total{grpc_service="compute.v1.'
+                                  'ComputeService",grpc_method="CreateSandbox",'
+                                  'grpc_type="unary",grpc_code="OK"}'], 1)
+        self.assertIn(1.0, [v for k, v in m.items() if k.startswith("compute_agent_up{")])
         runs = [subprocess.Popen(self.fe.argv()[:1] + ["--mode", "gc"] + self.fe.argv()[1:],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                 for _ in range(2)]
@@ -154,6 +183,7 @@ class KubeObjectsTest(unittest.TestCase):
         self.assertEqual([p.returncode for p in runs], [0, 0], outs)
         self.assertIsNone(api.get("persistentvolumeclaims", SANDBOX_NS, claim))
         self.assertIn(claim, "".join(outs))
+        self.wait_metric("compute_workspace_pvcs_expired", lambda v: v == 0, "0")
         self.assertEqual(code_of(c.describe, r.sandbox_id), grpc.StatusCode.NOT_FOUND)
 
     def test_image_not_on_the_node(self):
