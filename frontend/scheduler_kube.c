@@ -403,6 +403,18 @@ static int kube_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route 
         }
 }
 
+/* From the pod cache only: a pod it has not seen yet counts against no tenant for this call. */
+static bool kube_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
+{
+        _cleanup_json_ json_t *pod = kube_cache_find_label(KUBE(s)->pods, LABEL_SANDBOX_ID, id);
+        const char *tenant = pod ? kobj_annotation(pod, ANN_TENANT_ID) : NULL;
+
+        if (!tenant || !tenant[0])
+                return false;
+        snprintf(ret, CS_ID_MAX + 1, "%s", tenant);
+        return true;
+}
+
 static void kube_free(scheduler *s)
 {
         kube *k = KUBE(s);
@@ -428,6 +440,7 @@ static const scheduler_ops kube_ops = {
         .describe = kube_describe,
         .destroy = kube_destroy,
         .route = kube_route,
+        .tenant_of = kube_tenant_of,
         .free = kube_free,
 };
 

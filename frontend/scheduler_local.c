@@ -550,6 +550,19 @@ static int local_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route
         return 0;
 }
 
+static bool local_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
+{
+        local *l = LOCAL(s);
+        entry *e;
+
+        pthread_mutex_lock(&l->lock);
+        e = map_find_locked(l, id);
+        if (e)
+                snprintf(ret, CS_ID_MAX + 1, "%s", e->tenant_id);
+        pthread_mutex_unlock(&l->lock);
+        return e != NULL;
+}
+
 static bool local_serving(scheduler *s)
 {
         local *l = LOCAL(s);
@@ -596,6 +609,7 @@ static const scheduler_ops local_ops = {
         .describe = local_describe,
         .destroy = local_destroy,
         .route = local_route,
+        .tenant_of = local_tenant_of,
         .serving = local_serving,
         .free = local_free,
 };
