@@ -24,10 +24,15 @@ static char *scheduler_name, *mode, *agents, *sandbox_image, *run_user;
 static char *kubeconfig, *kube_context, *sandbox_ns, *agent_ns, *agent_selector, *runtime_class;
 static char *pvc_storage_class, *pvc_workspace_size;
 static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms, agent_port, delete_grace_s;
+static int64_t max_calls_per_tenant;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_LISTEN", "127.0.0.1:50051"),
         CS_METRICS_OPTION(cfg, "COMPUTE_METRICS_LISTEN", ""),
+        { "max-calls-per-tenant", "COMPUTE_MAX_CALLS_PER_TENANT", CS_OPT_INT, "0",
+          "Calls one tenant (CreateSandbox's tenant_id; the owner of the sandbox a call names) "
+          "may have in flight at once, over all its clients; 0: max-calls / 2.",
+          &max_calls_per_tenant, 0, 65536 },
         { "scheduler", "COMPUTE_SCHEDULER", CS_OPT_STRING, "local",
           "Where sandboxes run: local (the node agents of --agents) or kube (gVisor pods and "
           "workspace PVCs through the Kubernetes API server).",
@@ -158,6 +163,22 @@ static bool health_probe(void *arg)
         return scheduler_serving(arg);
 }
 
+/* The tenant share: --max-calls-per-tenant, by default half of --max-calls (as the per-peer
+ * share), so one tenant always leaves room for others; a share of all of --max-calls needs
+ * no table (the global cap alone bounds it). */
+static cs_share *tenant_share_new(void)
+{
+        int64_t share = max_calls_per_tenant ? max_calls_per_tenant
+                        : cfg.max_calls > 1  ? cfg.max_calls / 2
+                                             : 1;
+
+        if (share >= cfg.max_calls)
+                return NULL;
+        return cs_share_new(
+                (unsigned)share,
+                (size_t)(cfg.max_calls < FE_MAX_TENANTS ? cfg.max_calls : FE_MAX_TENANTS));
+}
+
 static scheduler *scheduler_new(cs_error **err)
 {
         if (strcmp(scheduler_name, "kube") == 0) {
@@ -181,6 +202,7 @@ int main(int argc, char **argv)
         _cleanup_error_ cs_error *err = NULL;
         scheduler *sched = NULL;
         rpc_server *srv = NULL;
+        cs_share *tenant_share = NULL;
         int r;
 
         cs_signals_block();
@@ -217,7 +239,9 @@ int main(int argc, char **argv)
         if (sched)
                 srv = cs_daemon_server_new(&cfg, services, &err);
         if (srv) {
+                tenant_share = tenant_share_new();
                 frontend_service s = { .sched = sched,
+                                       .tenant_share = tenant_share,
                                        .default_image = sandbox_image,
                                        .agent_timeout_ms = agent_timeout_ms,
                                        .wait_ready_ms = wait_ready_ms };
@@ -240,6 +264,7 @@ int main(int argc, char **argv)
                 log_error("%s: %s", program.name, err->msg);
         if (sched)
                 sched->ops->free(sched);
+        cs_share_free(tenant_share);
         rpc_global_shutdown();
         cs_config_free(&program);
         return err ? 1 : 0;

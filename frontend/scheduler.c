@@ -61,9 +61,20 @@ void fe_view_clear(fe_view *v)
         memset(v, 0, sizeof(*v));
 }
 
+void fe_hold_give(fe_hold *h)
+{
+        if (!h || !h->share)
+                return;
+        cs_share_give(h->share, h->key);
+        h->share = NULL;
+}
+
 void fe_route_release(fe_route *route)
 {
-        if (!route || !route->release)
+        if (!route)
+                return;
+        fe_hold_give(&route->hold);
+        if (!route->release)
                 return;
         route->release(route->release_arg);
         route->release = NULL;

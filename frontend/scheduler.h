@@ -13,6 +13,8 @@
 #include "log.h"
 #include "path.h"
 #include "rpc.h"
+#include "sandbox_limits.h"
+#include "share.h"
 #include "usage.h"
 
 /* Same numbers as compute.v1.SandboxStatus. */
@@ -73,6 +75,16 @@ void fe_ctx_sleep(const fe_ctx *ctx, int64_t ms);
 void fe_ctx_log(const fe_ctx *ctx, cs_log_level level, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
+/* One unit of a fair share (shared/share.h) that a call holds while it runs: service_core.c
+ * takes it for the call's tenant and gives it back once the call has ended. */
+typedef struct fe_hold {
+        cs_share *share; /* NULL: holds nothing */
+        char key[CS_SHARE_KEY_MAX + 1];
+} fe_hold;
+
+/* Gives the unit back, once; NULL-safe. */
+void fe_hold_give(fe_hold *h);
+
 /* Where calls for one sandbox go: a channel to its node agent and how that agent names it.
  * The channel is valid until fe_route_release(), which the holder calls once the calls made
  * on it have ended (a kube route holds its pooled channel; a local one holds nothing). */
@@ -84,9 +96,14 @@ typedef struct fe_route {
         char mount_path[CS_MOUNT_PATH_MAX + 1];
         void (*release)(void *arg); /* NULL: nothing to release */
         void *release_arg;
+        /* The tenant's share unit the call holds while it uses the route: set by
+         * service_core.c after the route op (backends leave it alone), given back with the
+         * route, so every way an exec or file call ends gives it back. */
+        fe_hold hold;
 } fe_route;
 
-/* Runs the route's release once; the route is unusable afterwards. NULL-safe. */
+/* Runs the route's release once and gives its hold back; the route is unusable afterwards.
+ * NULL-safe. */
 void fe_route_release(fe_route *route);
 
 typedef struct scheduler scheduler;
@@ -104,6 +121,11 @@ typedef struct scheduler_ops {
          * *ret is the caller's to fe_route_release() on success. */
         int (*route)(scheduler *s, const char *id, const fe_ctx *ctx, fe_route *ret,
                      cs_error **err);
+        /* The tenant that owns sandbox id, into ret, from what the scheduler knows already
+         * (the local map, the kube pod cache): never a call to an agent or the API server,
+         * since it runs before the call's share is taken. False when the sandbox is not
+         * known (yet); NULL: never known. */
+        bool (*tenant_of)(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1]);
         /* Whether it can serve calls now (health: NOT_SERVING when false); NULL: always. */
         bool (*serving)(scheduler *s);
         /* Writes its part of the frontend's /metrics page (docs/metrics.md); NULL: none. */

@@ -480,6 +480,18 @@ static void kube_metrics(scheduler *s, cs_mpage *p)
         cs_mpage_sample_u64(p, "compute_workspace_pvcs_expired", NULL, pvcs.expired);
 }
 
+/* From the pod cache only: a pod it has not seen yet counts against no tenant for this call. */
+static bool kube_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
+{
+        _cleanup_json_ json_t *pod = kube_cache_find_label(KUBE(s)->pods, LABEL_SANDBOX_ID, id);
+        const char *tenant = pod ? kobj_annotation(pod, ANN_TENANT_ID) : NULL;
+
+        if (!tenant || !tenant[0])
+                return false;
+        snprintf(ret, CS_ID_MAX + 1, "%s", tenant);
+        return true;
+}
+
 static void kube_free(scheduler *s)
 {
         kube *k = KUBE(s);
@@ -507,6 +519,7 @@ static const scheduler_ops kube_ops = {
         .destroy = kube_destroy,
         .route = kube_route,
         .metrics = kube_metrics,
+        .tenant_of = kube_tenant_of,
         .free = kube_free,
 };
 

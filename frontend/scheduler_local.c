@@ -4,10 +4,17 @@
  * which agent holds which sandbox, learnt by listing each agent when it is first seen
  * healthy and whenever it comes back, and by asking the agents about ids not seen yet.
  *
- * Placement: a new session goes to the healthy agent with the fewest live sandboxes. A
- * session that has a live sandbox keeps it (creates are serialised per session, and the
- * agent itself refuses a second live sandbox per session). While any agent has never been
- * listed, creates are refused with UNAVAILABLE: that agent might hold the session already.
+ * Placement: a new session goes to the healthy agent with the fewest live sandboxes (when
+ * none is healthy, to the agent with the fewest: its answer decides). A session that has a
+ * live sandbox keeps it (creates are serialised per session, and the agent itself refuses a
+ * second live sandbox per session). While any agent has never been listed, creates are
+ * refused with UNAVAILABLE: that agent might hold the session already.
+ *
+ * Health (agent_poll) steers placement and the frontend's readiness; it never refuses a call
+ * by itself. Health checks time out under load (two missed 5 s checks of a busy agent made
+ * every call to its sandboxes fail UNAVAILABLE "unreachable" while the agent was serving
+ * them): a call for a sandbox on an agent marked down is still made, and the agent's answer,
+ * or the connection's failure, is what the caller gets.
  *
  * This file talks to the agents, so it speaks their protobuf. */
 #include <errno.h>
@@ -339,7 +346,20 @@ static unsigned session_hash(const char *tenant, const char *session)
         return h;
 }
 
-/* The healthy agent with the fewest live sandboxes, or -1 with why. */
+/* Whether agent a is a better place than agent b (-1: none yet): a healthy agent before one
+ * marked down, then the fewest live sandboxes. */
+static bool place_better_locked(const local *l, int a, int b)
+{
+        if (b < 0)
+                return true;
+        if (l->agents[a].healthy != l->agents[b].healthy)
+                return l->agents[a].healthy;
+        return l->agents[a].live < l->agents[b].live;
+}
+
+/* The healthy agent with the fewest live sandboxes, or -1 with why. When every agent is marked
+ * down, the one with the fewest: a missed health check is not a refusal, and the create's
+ * own call to it tells whether it is really gone. */
 static int place_locked(local *l, cs_error **err)
 {
         int best = -1;
@@ -351,11 +371,9 @@ static int place_locked(local *l, cs_error **err)
                                             "node agent %s has not been reachable since this "
                                             "frontend started; it may hold this session",
                                             l->agents[i].addr);
-                if (l->agents[i].healthy && (best < 0 || l->agents[i].live < l->agents[best].live))
+                if (place_better_locked(l, i, best))
                         best = i;
         }
-        if (best < 0)
-                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "no node agent is reachable");
         l->next_agent = (unsigned)best + 1;
         l->agents[best].live++;
         return best;
@@ -425,7 +443,8 @@ static int local_create(scheduler *s, const fe_spec *spec, const fe_ctx *ctx, fe
         return r;
 }
 
-/* Finds the agent holding id: the map, else every reachable agent. */
+/* Finds the agent holding id: the map, else every agent. An agent the health checks mark down
+ * is still returned (see the top of the file): the call made to it decides. */
 static int locate(local *l, const char *id, const fe_ctx *ctx, int *ret_idx, cs_error **err)
 {
         bool unreachable = false;
@@ -435,14 +454,8 @@ static int locate(local *l, const char *id, const fe_ctx *ctx, int *ret_idx, cs_
         pthread_mutex_lock(&l->lock);
         e = map_find_locked(l, id);
         if (e) {
-                int idx = e->agent;
-                bool healthy = l->agents[idx].healthy;
+                *ret_idx = e->agent;
                 pthread_mutex_unlock(&l->lock);
-                if (!healthy)
-                        return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
-                                            "sandbox %s is on node agent %s, which is unreachable",
-                                            id, l->agents[idx].addr);
-                *ret_idx = idx;
                 return 0;
         }
         pthread_mutex_unlock(&l->lock);
@@ -551,6 +564,19 @@ static int local_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route
         return 0;
 }
 
+static bool local_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
+{
+        local *l = LOCAL(s);
+        entry *e;
+
+        pthread_mutex_lock(&l->lock);
+        e = map_find_locked(l, id);
+        if (e)
+                snprintf(ret, CS_ID_MAX + 1, "%s", e->tenant_id);
+        pthread_mutex_unlock(&l->lock);
+        return e != NULL;
+}
+
 static bool local_serving(scheduler *s)
 {
         local *l = LOCAL(s);
@@ -627,6 +653,7 @@ static const scheduler_ops local_ops = {
         .describe = local_describe,
         .destroy = local_destroy,
         .route = local_route,
+        .tenant_of = local_tenant_of,
         .serving = local_serving,
         .metrics = local_metrics,
         .free = local_free,

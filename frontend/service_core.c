@@ -2,6 +2,7 @@
  * nothing; touches only the scheduler it is given and the log (through the fe_ctx). */
 #include "service_core.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "quantity.h"
@@ -59,10 +60,69 @@ static int check_path(const char *path, bool allow_empty, cs_error **err)
         return 0;
 }
 
+/* Takes one unit of the tenant's share into *ret (nothing when there is no share or no
+ * tenant). RESOURCE_EXHAUSTED when the tenant has its share of calls in flight already. The
+ * message does not name the tenant: a caller naming another tenant's sandbox learns no id. */
+static int tenant_take(const frontend_service *svc, const char *tenant, fe_hold *ret,
+                       cs_error **err)
+{
+        memset(ret, 0, sizeof(*ret));
+        if (!svc->tenant_share || !tenant || !tenant[0])
+                return 0;
+        switch (cs_share_try(svc->tenant_share, tenant)) {
+        case CS_SHARE_TAKEN:
+                ret->share = svc->tenant_share;
+                snprintf(ret->key, sizeof(ret->key), "%s", tenant);
+                return 0;
+        case CS_SHARE_USED_UP:
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "tenant share used up: the tenant has %u calls in flight "
+                                    "already (--max-calls-per-tenant)",
+                                    cs_share_limit(svc->tenant_share));
+        case CS_SHARE_TABLE_FULL:
+        default:
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "tenant share: %d tenants have calls in flight already",
+                                    FE_MAX_TENANTS);
+        }
+}
+
+/* The same for the tenant that owns sandbox id, when the scheduler knows it. */
+static int sandbox_tenant_take(const frontend_service *svc, const char *id, fe_hold *ret,
+                               cs_error **err)
+{
+        char tenant[CS_ID_MAX + 1] = "";
+
+        memset(ret, 0, sizeof(*ret));
+        if (!svc->tenant_share || !svc->sched->ops->tenant_of ||
+            !svc->sched->ops->tenant_of(svc->sched, id, tenant))
+                return 0;
+        return tenant_take(svc, tenant, ret, err);
+}
+
+/* The route op, holding the tenant's unit from before it (a route may wait for a STARTING
+ * sandbox) until the route is released. */
+static int route_held(const frontend_service *svc, const char *id, const fe_ctx *ctx, fe_route *ret,
+                      cs_error **err)
+{
+        fe_hold hold;
+
+        if (sandbox_tenant_take(svc, id, &hold, err) < 0)
+                return -1;
+        if (svc->sched->ops->route(svc->sched, id, ctx, ret, err) < 0) {
+                fe_hold_give(&hold);
+                return -1;
+        }
+        ret->hold = hold;
+        return 0;
+}
+
 int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe_ctx *ctx,
                       fe_view *ret, cs_error **err)
 {
         fe_spec s = *spec;
+        fe_hold hold;
+        int r;
 
         if (check_id("tenant_id", spec->tenant_id, err) < 0 ||
             check_id("session_id", spec->session_id, err) < 0 ||
@@ -73,23 +133,37 @@ int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe
                                     "limits.max_runtime is negative");
         if (!s.image || !s.image[0])
                 s.image = svc->default_image;
-        return svc->sched->ops->create(svc->sched, &s, ctx, ret, err);
+        if (tenant_take(svc, spec->tenant_id, &hold, err) < 0)
+                return -1;
+        r = svc->sched->ops->create(svc->sched, &s, ctx, ret, err);
+        fe_hold_give(&hold);
+        return r;
 }
 
 int fe_service_describe(const frontend_service *svc, const char *id, const fe_ctx *ctx,
                         fe_view *ret, cs_error **err)
 {
-        if (check_sandbox_id(ctx, id, err) < 0)
+        fe_hold hold;
+        int r;
+
+        if (check_sandbox_id(ctx, id, err) < 0 || sandbox_tenant_take(svc, id, &hold, err) < 0)
                 return -1;
-        return svc->sched->ops->describe(svc->sched, id, ctx, ret, err);
+        r = svc->sched->ops->describe(svc->sched, id, ctx, ret, err);
+        fe_hold_give(&hold);
+        return r;
 }
 
 int fe_service_destroy(const frontend_service *svc, const char *id, const fe_ctx *ctx, fe_view *ret,
                        cs_error **err)
 {
-        if (check_sandbox_id(ctx, id, err) < 0)
+        fe_hold hold;
+        int r;
+
+        if (check_sandbox_id(ctx, id, err) < 0 || sandbox_tenant_take(svc, id, &hold, err) < 0)
                 return -1;
-        return svc->sched->ops->destroy(svc->sched, id, ctx, ret, err);
+        r = svc->sched->ops->destroy(svc->sched, id, ctx, ret, err);
+        fe_hold_give(&hold);
+        return r;
 }
 
 int64_t fe_view_uptime_ms(const fe_view *v, int64_t now_ms)
@@ -109,7 +183,7 @@ int fe_service_exec_route(const frontend_service *svc, const char *id, const cha
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "command is empty");
         if (timeout_ms < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "timeout is negative");
-        return svc->sched->ops->route(svc->sched, id, ctx, ret, err);
+        return route_held(svc, id, ctx, ret, err);
 }
 
 /* Checks the id and path, and finds the sandbox's agent. */
@@ -118,7 +192,7 @@ static int file_route(const frontend_service *svc, const char *id, const char *p
 {
         if (check_sandbox_id(ctx, id, err) < 0 || check_path(path, allow_empty, err) < 0)
                 return -1;
-        return svc->sched->ops->route(svc->sched, id, ctx, ret, err);
+        return route_held(svc, id, ctx, ret, err);
 }
 
 int fe_service_read_route(const frontend_service *svc, const char *id, const char *path,

@@ -3,6 +3,14 @@
  * and its scheduler call. service.c turns protobuf into these arguments and the results back
  * into protobuf; a unit test calls these with a fake scheduler behind svc->sched.
  *
+ * Per-tenant fair share: each method takes one unit of svc->tenant_share for the tenant the
+ * call is about (CreateSandbox: its tenant_id; the others: the tenant that owns the sandbox,
+ * as the scheduler's tenant_of knows it) after its argument checks and before the scheduler
+ * is asked; a tenant over its share gets RESOURCE_EXHAUSTED. The unary methods give it back
+ * before they return; the *_route methods hand it to the caller inside *ret, given back by
+ * fe_route_release with the route. A sandbox the scheduler does not know yet counts against
+ * no tenant (the peer share and the global cap still bound it).
+ *
  * Owns nothing: every string is borrowed for the call, and what the scheduler returns
  * (*ret views and routes) is the caller's, as the scheduler ops say. Thread-safe as the
  * scheduler is. */

@@ -60,21 +60,28 @@ static share_slot *slot_find(cs_share *s, const char *key, bool create)
         return free_slot;
 }
 
-bool cs_share_take(cs_share *s, const char *key)
+cs_share_verdict cs_share_try(cs_share *s, const char *key)
 {
+        cs_share_verdict v = CS_SHARE_TAKEN;
         share_slot *sl;
-        bool ok = false;
 
         if (!s || s->share == 0)
-                return true;
+                return CS_SHARE_TAKEN;
         pthread_mutex_lock(&s->lock);
         sl = slot_find(s, key, true);
-        if (sl && sl->held < s->share) {
+        if (!sl)
+                v = CS_SHARE_TABLE_FULL;
+        else if (sl->held >= s->share)
+                v = CS_SHARE_USED_UP;
+        else
                 sl->held++;
-                ok = true;
-        }
         pthread_mutex_unlock(&s->lock);
-        return ok;
+        return v;
+}
+
+bool cs_share_take(cs_share *s, const char *key)
+{
+        return cs_share_try(s, key) == CS_SHARE_TAKEN;
 }
 
 void cs_share_give(cs_share *s, const char *key)

@@ -6,7 +6,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define CS_SHARE_KEY_MAX 127 /* longer keys are cut (the peer strings gRPC gives are shorter) */
+/* Longer keys are cut. 128: a tenant id's bound (CS_ID_MAX, sandbox_limits.h) fits whole, so
+ * two tenants never share a slot; the peer strings gRPC gives are shorter. */
+#define CS_SHARE_KEY_MAX 128
 
 typedef struct cs_share cs_share;
 
@@ -15,9 +17,17 @@ typedef struct cs_share cs_share;
 cs_share *cs_share_new(unsigned share, size_t max_keys);
 void cs_share_free(cs_share *s);
 
-/* Takes one unit for key. False when key already holds its share, or when the table is full
- * of other keys (then the key is refused too: the table is the bound on memory). Every true
- * must be matched by exactly one cs_share_give(key). */
+typedef enum cs_share_verdict {
+        CS_SHARE_TAKEN,      /* one unit taken: give it back with cs_share_give */
+        CS_SHARE_USED_UP,    /* key already holds its share */
+        CS_SHARE_TABLE_FULL, /* every slot is held by other keys */
+} cs_share_verdict;
+
+/* Takes one unit for key, and says why not when it cannot: key already holds its share, or
+ * the table is full of other keys (then the key is refused too: the table is the bound on
+ * memory). Every CS_SHARE_TAKEN must be matched by exactly one cs_share_give(key). */
+cs_share_verdict cs_share_try(cs_share *s, const char *key);
+/* cs_share_try(s, key) == CS_SHARE_TAKEN. */
 bool cs_share_take(cs_share *s, const char *key);
 void cs_share_give(cs_share *s, const char *key);
 

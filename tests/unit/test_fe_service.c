@@ -166,6 +166,15 @@ static int fake_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route 
         return 0;
 }
 
+static bool fake_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
+{
+        fake_sandbox *sb = fake_find((fake *)s, id);
+
+        if (sb)
+                snprintf(ret, CS_ID_MAX + 1, "%s", sb->tenant);
+        return sb != NULL;
+}
+
 static void fake_free(scheduler *s)
 {
         (void)s;
@@ -177,6 +186,7 @@ static const scheduler_ops fake_ops = {
         .describe = fake_describe,
         .destroy = fake_destroy,
         .route = fake_route,
+        .tenant_of = fake_tenant_of,
         .free = fake_free,
 };
 
@@ -579,6 +589,128 @@ static void test_file_checks(void **state)
         assert_int_equal(w->f.released, 3);
 }
 
+/* ---- the tenant share ---- */
+
+#define TENANT_FULL                                                                                \
+        "tenant share used up: the tenant has 2 calls in flight already (--max-calls-per-tenant)"
+
+static const char *make_sandbox_of(world *w, const char *tenant, const char *session,
+                                   char id[static CS_UUID_STRLEN + 1])
+{
+        fe_spec s = spec_of(tenant, session);
+        cs_error *err = NULL;
+        fe_view v = { 0 };
+
+        assert_int_equal(fe_service_create(&w->svc, &s, &w->ctx, &v, &err), 0);
+        snprintf(id, CS_UUID_STRLEN + 1, "%s", v.id);
+        fe_view_clear(&v);
+        return id;
+}
+
+/* A tenant holding its share in open routes (exec streams, file calls) is refused every
+ * further call, before the scheduler is asked; another tenant is not. Releasing a route gives
+ * its unit back; the unary calls give theirs back before they return. */
+static void test_tenant_share_refuses_greedy_tenant_only(void **state)
+{
+        world *w = *state;
+        char greedy[CS_UUID_STRLEN + 1], greedy2[CS_UUID_STRLEN + 1], other[CS_UUID_STRLEN + 1];
+        fe_spec s = spec_of("greedy", "s3");
+        cs_error *err = NULL;
+        fe_route r1, r2, r3;
+        fe_view v = { 0 };
+        int calls;
+
+        w->svc.tenant_share = cs_share_new(2, 8);
+        make_sandbox_of(w, "greedy", "s1", greedy);
+        make_sandbox_of(w, "greedy", "s2", greedy2);
+        make_sandbox_of(w, "other", "s1", other);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "greedy"), 0);
+
+        /* Two streams, on two of its sandboxes: the share counts the tenant, not the sandbox. */
+        assert_int_equal(fe_service_exec_route(&w->svc, greedy, "sleep", 0, &w->ctx, &r1, &err), 0);
+        assert_int_equal(fe_service_list_route(&w->svc, greedy2, "", &w->ctx, &r2, &err), 0);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "greedy"), 2);
+
+        calls = w->f.calls;
+        assert_int_equal(fe_service_exec_route(&w->svc, greedy, "sleep", 0, &w->ctx, &r3, &err),
+                         -1);
+        assert_error(&err, GRPC_STATUS_RESOURCE_EXHAUSTED, TENANT_FULL);
+        assert_int_equal(fe_service_describe(&w->svc, greedy2, &w->ctx, &v, &err), -1);
+        assert_error(&err, GRPC_STATUS_RESOURCE_EXHAUSTED, TENANT_FULL);
+        assert_int_equal(fe_service_destroy(&w->svc, greedy, &w->ctx, &v, &err), -1);
+        assert_error(&err, GRPC_STATUS_RESOURCE_EXHAUSTED, TENANT_FULL);
+        assert_int_equal(fe_service_read_route(&w->svc, greedy, "f", 0, 0, &w->ctx, &r3, &err), -1);
+        assert_error(&err, GRPC_STATUS_RESOURCE_EXHAUSTED, TENANT_FULL);
+        assert_int_equal(fe_service_create(&w->svc, &s, &w->ctx, &v, &err), -1);
+        assert_error(&err, GRPC_STATUS_RESOURCE_EXHAUSTED, TENANT_FULL);
+        assert_null(v.id);
+        assert_int_equal(w->f.calls, calls); /* refused before the scheduler */
+
+        /* The neighbour is served meanwhile, and gives its units back. */
+        for (int i = 0; i < 5; i++) {
+                assert_int_equal(fe_service_describe(&w->svc, other, &w->ctx, &v, &err), 0);
+                fe_view_clear(&v);
+        }
+        assert_int_equal(fe_service_exec_route(&w->svc, other, "true", 0, &w->ctx, &r3, &err), 0);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "other"), 1);
+        fe_route_release(&r3);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "other"), 0);
+
+        /* The greedy tenant's stream ends: one more call fits, given back at its return. */
+        fe_route_release(&r1);
+        fe_route_release(&r1); /* once only */
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "greedy"), 1);
+        assert_int_equal(fe_service_describe(&w->svc, greedy, &w->ctx, &v, &err), 0);
+        fe_view_clear(&v);
+        assert_int_equal(fe_service_create(&w->svc, &s, &w->ctx, &v, &err), 0);
+        fe_view_clear(&v);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "greedy"), 1);
+        fe_route_release(&r2);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "greedy"), 0);
+        assert_null(err);
+        cs_share_free(w->svc.tenant_share);
+}
+
+/* A call that fails after its unit was taken (the scheduler's error, a route not found) gives
+ * it back; a sandbox the scheduler does not know counts against nobody. */
+static void test_tenant_share_given_back_on_failure(void **state)
+{
+        world *w = *state;
+        char id[CS_UUID_STRLEN + 1], unknown[CS_UUID_STRLEN + 1];
+        cs_error *err = NULL;
+        fe_route r;
+        fe_view v = { 0 };
+
+        w->svc.tenant_share = cs_share_new(1, 8);
+        make_sandbox_of(w, "t", "s", id);
+        w->f.fail_code = GRPC_STATUS_UNAVAILABLE;
+        w->f.fail_msg = "node agent x unreachable";
+        assert_int_equal(fe_service_exec_route(&w->svc, id, "true", 0, &w->ctx, &r, &err), -1);
+        assert_error(&err, GRPC_STATUS_UNAVAILABLE, "node agent x unreachable");
+        w->f.fail_code = GRPC_STATUS_INTERNAL;
+        w->f.fail_msg = "boom";
+        assert_int_equal(fe_service_describe(&w->svc, id, &w->ctx, &v, &err), -1);
+        assert_error(&err, GRPC_STATUS_INTERNAL, "boom");
+        w->f.fail_code = GRPC_STATUS_UNAVAILABLE;
+        w->f.fail_msg = "no node agent is reachable";
+        {
+                fe_spec s = spec_of("t", "s2");
+                assert_int_equal(fe_service_create(&w->svc, &s, &w->ctx, &v, &err), -1);
+                assert_error(&err, GRPC_STATUS_UNAVAILABLE, "no node agent is reachable");
+        }
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "t"), 0);
+
+        cs_uuid_generate(unknown);
+        assert_int_equal(fe_service_exec_route(&w->svc, id, "true", 0, &w->ctx, &r, &err), 0);
+        assert_int_equal(fe_service_describe(&w->svc, unknown, &w->ctx, &v, &err), -1);
+        assert_int_equal(err->code, GRPC_STATUS_NOT_FOUND);
+        cs_error_free(err);
+        err = NULL;
+        fe_route_release(&r);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "t"), 0);
+        cs_share_free(w->svc.tenant_share);
+}
+
 /* ---- the context ---- */
 
 static void test_ctx_cancel_and_sleep(void **state)
@@ -631,6 +763,10 @@ int main(void)
                 cmocka_unit_test(test_uptime),
                 cmocka_unit_test_setup_teardown(test_exec_checks_then_routes, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_file_checks, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_tenant_share_refuses_greedy_tenant_only, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_tenant_share_given_back_on_failure, setup,
+                                                teardown),
                 cmocka_unit_test(test_ctx_cancel_and_sleep),
         };
 

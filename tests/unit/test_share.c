@@ -9,6 +9,8 @@
 #include "rpc_internal.h"
 #include "share.h"
 
+#include <string.h>
+
 static void test_share_refuses_greedy_key_only(void **state)
 {
         cs_share *s = cs_share_new(3, 8);
@@ -37,6 +39,29 @@ static void test_share_table_bounded_and_slots_reused(void **state)
         cs_share_give(s, "a");
         assert_true(cs_share_take(s, "c")); /* a's slot freed at 0 */
         assert_int_equal(cs_share_held(s, "a"), 0);
+        cs_share_free(s);
+}
+
+/* cs_share_try says why a key is refused; a key of CS_SHARE_KEY_MAX bytes (a tenant id at its
+ * bound) is kept whole, so two such keys differing in the last byte are two keys. */
+static void test_share_try_says_why(void **state)
+{
+        cs_share *s = cs_share_new(2, 2);
+        char k1[CS_SHARE_KEY_MAX + 1], k2[CS_SHARE_KEY_MAX + 1];
+
+        (void)state;
+        memset(k1, 'k', CS_SHARE_KEY_MAX);
+        k1[CS_SHARE_KEY_MAX] = '\0';
+        memcpy(k2, k1, sizeof(k2));
+        k2[CS_SHARE_KEY_MAX - 1] = 'z';
+        assert_int_equal(cs_share_try(s, k1), CS_SHARE_TAKEN);
+        assert_int_equal(cs_share_try(s, k1), CS_SHARE_TAKEN);
+        assert_int_equal(cs_share_try(s, k1), CS_SHARE_USED_UP);
+        assert_int_equal(cs_share_try(s, k2), CS_SHARE_TAKEN);
+        assert_int_equal(cs_share_held(s, k1), 2);
+        assert_int_equal(cs_share_held(s, k2), 1);
+        assert_int_equal(cs_share_try(s, "third"), CS_SHARE_TABLE_FULL);
+        assert_int_equal(cs_share_held(s, "third"), 0);
         cs_share_free(s);
 }
 
@@ -77,6 +102,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_share_refuses_greedy_key_only),
                 cmocka_unit_test(test_share_table_bounded_and_slots_reused),
+                cmocka_unit_test(test_share_try_says_why),
                 cmocka_unit_test(test_share_zero_is_unlimited),
                 cmocka_unit_test(test_peer_key),
         };
