@@ -10,6 +10,11 @@ the frontend's probes and shutdown, the DaemonSet's node selection, host mounts,
 env, the CronJob, the RBAC (exactly the least-privilege set), what the NetworkPolicies let
 through (evaluated on the pods the manifests and the frontend make), every environment variable
 documented by the binary's --help, and the Dockerfile's packages against scripts/lib.sh.
+Metrics (deploy/monitoring/): the listen addresses, container ports and prometheus.io/*
+annotations agree; only the monitoring namespace reaches the metrics ports; the optional
+component renders on an overlay (kubectl kustomize) and its PodMonitors find the ports; the
+PrometheusRule carries exactly rules.yaml; `promtool check rules` and `promtool test rules`
+accept rules.yaml and its unit tests; every alert's runbook_url is a section of docs/deploy.md.
 """
 
 import os
@@ -17,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 try:
@@ -29,6 +35,7 @@ import testmain  # noqa: E402
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEPLOY = os.path.join(SRC, "deploy")
+MONITORING = os.path.join(DEPLOY, "monitoring")
 BUILD = None
 
 SYSTEM_NS = "compute-system"
@@ -36,6 +43,25 @@ SANDBOX_NS = "compute-sandboxes"
 GVISOR_LABEL = "compute.paper-board.io/gvisor"
 AGENT_LABELS = {"app.kubernetes.io/name": "compute-node-agent"}
 FRONTEND_LABELS = {"app.kubernetes.io/name": "compute-frontend"}
+MONITORING_NS = "monitoring"
+FRONTEND_METRICS_PORT = 9461
+AGENT_METRICS_PORT = 9462
+# Every metric the daemons export (docs/deploy.md); the alert rules may use no other.
+METRIC_NAMES = {
+    "up",  # Prometheus' own, per target
+    "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",
+    "process_max_fds", "process_start_time_seconds", "compute_build_info",
+    "grpc_server_started_total", "grpc_server_handled_total", "grpc_server_handling_seconds",
+    "compute_sandbox_cpu_seconds_total", "compute_sandbox_memory_bytes",
+    "compute_sandbox_memory_peak_bytes", "compute_sandbox_disk_read_bytes_total",
+    "compute_sandbox_disk_write_bytes_total", "compute_sandbox_network_receive_bytes_total",
+    "compute_sandbox_network_transmit_bytes_total", "compute_sandbox_uptime_seconds",
+    "compute_sandbox_status", "compute_exec_total", "compute_exec_duration_seconds",
+    "compute_execs_running", "compute_file_bytes_total",
+    "compute_agent_up", "compute_scheduler_sandboxes", "compute_kube_requests_total",
+    "compute_kube_request_duration_seconds", "compute_kube_watch_restarts_total",
+    "compute_kube_relists_total", "compute_workspace_pvcs_expired",
+}
 # What the frontend puts on every sandbox pod (docs/kube.md: "What the frontend makes").
 SANDBOX_LABELS = {
     "app.kubernetes.io/managed-by": "compute-frontend",
@@ -309,7 +335,8 @@ class Manifests(unittest.TestCase):
         for probe in ("readinessProbe", "livenessProbe"):
             self.assertIn(probe, c)
             self.assertEqual(c[probe].get("grpc", {}).get("port"), 50051, probe)
-        self.assertEqual([p["containerPort"] for p in c["ports"]], [50051])
+        self.assertEqual([(p["name"], p["containerPort"]) for p in c["ports"]],
+                         [("grpc", 50051), ("metrics", FRONTEND_METRICS_PORT)])
         env = env_map(c)
         want = {"COMPUTE_SCHEDULER": "kube", "COMPUTE_LISTEN": "0.0.0.0:50051",
                 "COMPUTE_SANDBOX_NAMESPACE": SANDBOX_NS, "COMPUTE_AGENT_NAMESPACE": SYSTEM_NS,
@@ -406,7 +433,7 @@ class Manifests(unittest.TestCase):
         self.assertEqual(env["COMPUTE_RUNSC_ROOT"]["value"], "/run/containerd/runsc/k8s.io")
         self.assert_tls_env(c, spec, "COMPUTE_TLS_", "compute-agent-tls")
         self.assertEqual([(p["name"], p["containerPort"]) for p in c["ports"]],
-                         [("grpc", 50052)])
+                         [("grpc", 50052), ("metrics", AGENT_METRICS_PORT)])
         # Host paths: where each lands, read-only or not, and the propagation of the kubelet's.
         vols = {v["name"]: v for v in spec["volumes"]}
         mounts = {}
@@ -564,6 +591,20 @@ class Manifests(unittest.TestCase):
             self.assertFalse(allow(src, sandbox, 8080), src)
         # Nothing else in compute-system takes connections.
         self.assertFalse(allow(client, gc, 8080))
+        # Metrics: the monitoring namespace reaches exactly the metrics ports (and the public
+        # API, as every namespace does); nobody else reaches a metrics port.
+        monitoring = Pod("prometheus", MONITORING_NS, {"app.kubernetes.io/name": "prometheus"})
+        ports = (22, 8080, 9090, FRONTEND_METRICS_PORT, AGENT_METRICS_PORT, 50051, 50052)
+        self.assertEqual({p for p in ports if allow(monitoring, frontend, p)},
+                         {FRONTEND_METRICS_PORT, 50051})
+        self.assertEqual({p for p in ports if allow(monitoring, agent, p)},
+                         {AGENT_METRICS_PORT})
+        for p in ports:
+            self.assertFalse(allow(monitoring, gc, p))
+            self.assertFalse(allow(monitoring, sandbox, p))
+        for src in (client, sandbox, other_sandbox_ns_pod, gc, frontend, agent):
+            self.assertFalse(allow(src, frontend, FRONTEND_METRICS_PORT), src)
+            self.assertFalse(allow(src, agent, AGENT_METRICS_PORT), src)
 
     # -- every variable the manifests set is one the binaries know --
 
@@ -580,11 +621,157 @@ class Manifests(unittest.TestCase):
         for d in self.docs:
             for c in containers_of(d):
                 binary = image_binary[c["image"].split(":")[0]]
-                for name in env_map(c):
+                env = env_map(c)
+                for name in env:
+                    # A downward-API helper (POD_IP) that only feeds $(NAME) in a later
+                    # variable is not for the binary; it must feed one, and come first.
+                    users = [i for i, e in enumerate(c["env"])
+                             if "$(%s)" % name in e.get("value", "")]
+                    if users and "valueFrom" in env[name]:
+                        own = [e["name"] for e in c["env"]].index(name)
+                        self.assertLess(own, min(users), "%s must precede its users" % name)
+                        continue
                     if not re.search(r"\b%s\b" % re.escape(name), helps[binary]):
                         missing.setdefault(binary, set()).add(name)
         self.assertEqual(missing, {}, "set by deploy/ but not in --help: " + "; ".join(
             "%s --help lacks %s" % (b, ", ".join(sorted(n))) for b, n in sorted(missing.items())))
+
+    # -- metrics: listen addresses, ports, annotations --
+
+    def test_metrics_endpoints(self):
+        cases = (("Deployment", "compute-frontend", "COMPUTE_METRICS_LISTEN",
+                  FRONTEND_METRICS_PORT),
+                 ("DaemonSet", "compute-node-agent", "COMPUTE_AGENT_METRICS_LISTEN",
+                  AGENT_METRICS_PORT))
+        for kind, name, var, port in cases:
+            d = self.get(kind, name)
+            c = self.container(d)
+            env = env_map(c)
+            host, sep, listen_port = env[var]["value"].rpartition(":")
+            self.assertEqual(sep, ":", var)
+            self.assertEqual(int(listen_port), port, var)
+            if kind == "DaemonSet":
+                # hostNetwork: the node's IP only (the pod IP), not every node address.
+                self.assertTrue(pod_spec(d).get("hostNetwork"))
+                self.assertEqual(host, "$(POD_IP)")
+                self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"],
+                                 "status.podIP")
+            else:
+                self.assertIn(host, ("", "0.0.0.0"), var)
+            named = {p["name"]: p["containerPort"] for p in c["ports"]}
+            self.assertEqual(named.get("metrics"), port, name)
+            ann = d["spec"]["template"]["metadata"].get("annotations", {})
+            self.assertEqual(ann.get("prometheus.io/scrape"), "true", name)
+            self.assertEqual(ann.get("prometheus.io/port"), str(port), name)
+            self.assertEqual(ann.get("prometheus.io/path"), "/metrics", name)
+        # Metrics are not published through the Service (scraped per pod).
+        svc = self.get("Service", "compute-frontend")
+        self.assertNotIn(FRONTEND_METRICS_PORT, [p["port"] for p in svc["spec"]["ports"]])
+        self.assertNotIn("metrics", [p.get("targetPort") for p in svc["spec"]["ports"]])
+
+    # -- the optional Prometheus Operator component, and the alert rules --
+
+    def load_monitoring(self, name):
+        with open(os.path.join(MONITORING, name)) as f:
+            return load_docs(f.read())
+
+    def test_monitoring_component(self):
+        kust = self.load_monitoring("kustomization.yaml")[0]
+        self.assertEqual(kust["kind"], "Component")
+        self.assertEqual(kust["apiVersion"], "kustomize.config.k8s.io/v1alpha1")
+        self.assertEqual(set(kust), {"apiVersion", "kind", "resources"})
+        docs = []
+        for res in kust["resources"]:
+            docs.extend(self.load_monitoring(res))
+        mons = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodMonitor"}
+        self.assertEqual(set(mons), {"compute-frontend", "compute-node-agent"})
+        for name, kind in (("compute-frontend", "Deployment"),
+                           ("compute-node-agent", "DaemonSet")):
+            m, w = mons[name], self.get(kind, name)
+            self.assertEqual(m["apiVersion"], "monitoring.coreos.com/v1")
+            self.assertEqual(m["metadata"]["namespace"], SYSTEM_NS)
+            self.assertEqual(m["spec"]["namespaceSelector"], {"matchNames": [SYSTEM_NS]})
+            self.assertTrue(selector_matches(m["spec"]["selector"], pod_labels(w)), name)
+            ports = {p["name"] for p in self.container(w)["ports"]}
+            for ep in m["spec"]["podMetricsEndpoints"]:
+                self.assertIn(ep["port"], ports, name)
+                self.assertEqual(ep.get("path", "/metrics"), "/metrics")
+                self.assertEqual(ep.get("scheme", "http"), "http")
+            # rules.yaml finds the agents by the job name or this label.
+            self.assertIn("app.kubernetes.io/name", m["spec"].get("podTargetLabels", []))
+        self.assertIn("node-agent", "%s/%s" % (SYSTEM_NS, "compute-node-agent"))
+        rule = [d for d in docs if d["kind"] == "PrometheusRule"]
+        self.assertEqual(len(rule), 1)
+        self.assertEqual(rule[0]["metadata"]["namespace"], SYSTEM_NS)
+        self.assertEqual(rule[0]["spec"], self.load_monitoring("rules.yaml")[0],
+                         "prometheusrule.yaml differs from rules.yaml: run "
+                         "python3 deploy/monitoring/gen-prometheusrule.py")
+        # Rendered by kustomize on an overlay of the base.
+        kubectl = shutil.which("kubectl")
+        if not kubectl:
+            self.skipTest("kubectl is not installed: the component is not rendered")
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
+                yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1",
+                                "kind": "Kustomization",
+                                "resources": [os.path.relpath(DEPLOY, tmp)],
+                                "components": [os.path.relpath(MONITORING, tmp)]}, f)
+            out = subprocess.run([kubectl, "kustomize", tmp], capture_output=True, text=True,
+                                 timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rendered = {key(d): d for d in load_docs(out.stdout)}
+        base = {key(d): d for d in self.docs}
+        self.assertEqual(set(rendered) - set(base), {key(d) for d in docs})
+        self.assertEqual(set(base) - set(rendered), set())
+        for k, d in base.items():
+            self.assertEqual(rendered[k], d, k)
+        for d in docs:
+            self.assertEqual(rendered[key(d)], d)
+
+    def test_alert_rules(self):
+        rules = self.load_monitoring("rules.yaml")[0]
+        alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
+        self.assertEqual(set(alerts), {"ComputeNodeAgentDown", "ComputeExecErrorRate",
+                                       "ComputeSandboxStuckStarting",
+                                       "ComputeWorkspacePVCsExpired"})
+        with open(os.path.join(SRC, "docs", "deploy.md")) as f:
+            doc = f.read()
+        anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                   for h in re.findall(r"(?m)^#+ (.*)$", doc)}
+        for name, r in alerts.items():
+            ann = r.get("annotations", {})
+            for k in ("summary", "description", "runbook_url"):
+                self.assertTrue(ann.get(k), "%s: %s" % (name, k))
+            path, _, anchor = ann["runbook_url"].partition("#")
+            self.assertEqual(path, "docs/deploy.md", name)
+            self.assertIn(anchor, anchors, "%s: no section #%s in docs/deploy.md" % (
+                name, anchor))
+            self.assertIn(r["labels"].get("severity"), ("warning", "critical"), name)
+            # Only metrics the daemons export (and Prometheus' up).
+            words = set(re.findall(r"\b[a-z_][a-z0-9_]*\b(?=\s*[{\[)]|\s*$|\s*[=<>!])",
+                                   re.sub(r'"[^"]*"|\{[^}]*\}', "{}", r["expr"])))
+            metrics = {w for w in words if w.startswith(("compute_", "process_", "grpc_"))
+                       or w == "up"}
+            self.assertTrue(metrics, name)
+            self.assertLessEqual(metrics, METRIC_NAMES, name)
+
+    def test_promtool(self):
+        promtool = shutil.which("promtool")
+        if not promtool:
+            self.skipTest("promtool (Debian package prometheus) is not installed")
+        for args in (["check", "rules", "rules.yaml"],
+                     ["test", "rules", "rules_test.yaml"]):
+            out = subprocess.run([promtool] + args, cwd=MONITORING, capture_output=True,
+                                 text=True, timeout=120)
+            self.assertEqual(out.returncode, 0, "promtool %s:\n%s%s" % (
+                " ".join(args), out.stdout, out.stderr))
+        # Every alert has a unit test.
+        with open(os.path.join(MONITORING, "rules_test.yaml")) as f:
+            tests = yaml.safe_load(f)
+        tested = {t["alertname"] for case in tests["tests"]
+                  for t in case.get("alert_rule_test", [])}
+        rules = self.load_monitoring("rules.yaml")[0]
+        self.assertEqual(tested, {r["alert"] for g in rules["groups"] for r in g["rules"]})
 
     # -- the Dockerfile --
 
@@ -622,4 +809,5 @@ if __name__ == "__main__":
     # kubectl is not a Debian 12 package (scripts/lib.sh cannot install it): the cross-check
     # against its renderer runs where it is installed, and its absence is reported, not failed.
     testmain.main([sys.argv[0]] + sys.argv[2:], allowed_skips={
-        "Manifests.test_renderers_agree": "kubectl is not a Debian 12 package"})
+        "Manifests.test_renderers_agree": "kubectl is not a Debian 12 package",
+        "Manifests.test_monitoring_component": "kubectl is not a Debian 12 package"})
