@@ -28,7 +28,7 @@ static int64_t max_calls_per_tenant;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_LISTEN", "127.0.0.1:50051"),
-        CS_METRICS_OPTION(cfg, "COMPUTE_METRICS_LISTEN", ""),
+        CS_METRICS_OPTIONS(cfg, "COMPUTE_METRICS_LISTEN", "COMPUTE_METRICS_TOKEN_FILE"),
         { "max-calls-per-tenant", "COMPUTE_MAX_CALLS_PER_TENANT", CS_OPT_INT, "0",
           "Calls one tenant (CreateSandbox's tenant_id; the owner of the sandbox a call names) "
           "may have in flight at once, over all its clients; 0: max-calls / 2.",

@@ -47,7 +47,7 @@ static int64_t cpu_overcommit_pct, memory_overcommit_pct;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_AGENT_LISTEN", "127.0.0.1:50052"),
-        CS_METRICS_OPTION(cfg, "COMPUTE_AGENT_METRICS_LISTEN", ""),
+        CS_METRICS_OPTIONS(cfg, "COMPUTE_AGENT_METRICS_LISTEN", "COMPUTE_AGENT_METRICS_TOKEN_FILE"),
         CS_SERVER_TLS_OPTIONS(cfg),
         { "listen-group", "COMPUTE_AGENT_LISTEN_GROUP", CS_OPT_STRING, "",
           "With --listen unix:PATH: the group that may connect too (an unprivileged frontend's): "

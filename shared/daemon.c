@@ -379,6 +379,7 @@ static int drop_privileges(cs_error **err)
 /* The metrics endpoint of cs_daemon_serve (cs_daemon_set_metrics). */
 static struct {
         const char *listen;
+        const char *token_file;
         cs_daemon_metrics_fn fn;
         void *userdata;
         /* Set by cs_daemon_serve for the collector. */
@@ -402,13 +403,38 @@ static void metrics_collect(cs_mpage *p, void *userdata)
 void cs_daemon_set_metrics(const cs_daemon_config *cfg, cs_daemon_metrics_fn fn, void *userdata)
 {
         metrics.listen = cfg->metrics_listen;
+        metrics.token_file = cfg->metrics_token_file;
         metrics.fn = fn;
         metrics.userdata = userdata;
+}
+
+/* The bearer token in path: its first line, 16 to 256 printable ASCII characters. */
+static char *metrics_token_read(const char *path, cs_error **err)
+{
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0;
+
+        if (cs_read_file(path, 4096, &buf, &len, NULL) < 0)
+                return cs_error_errno(err, errno, "--metrics-token-file %s: cannot read it", path),
+                       NULL;
+        buf[strcspn(buf, "\r\n")] = '\0';
+        len = strlen(buf);
+        for (size_t i = 0; i < len; i++)
+                if (buf[i] <= ' ' || buf[i] > '~')
+                        len = 0;
+        if (len < 16 || len > 256)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--metrics-token-file %s: the token must be one line of 16 to "
+                                    "256 printable characters without spaces",
+                                    path),
+                       NULL;
+        return TAKE_PTR(buf);
 }
 
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
         cs_metrics_server *ms = NULL;
+        _cleanup_free_ char *token = NULL;
         int sig, r;
         mode_t mask;
 
@@ -421,13 +447,17 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
                 r = unix_socket_restrict(err);
         metrics.srv = srv;
         metrics.name = name;
+        if (r == 0 && metrics.listen && metrics.listen[0] && metrics.token_file &&
+            metrics.token_file[0] && !(token = metrics_token_read(metrics.token_file, err)))
+                r = -1;
         if (r == 0 && metrics.listen && metrics.listen[0]) {
-                ms = cs_metrics_server_start(metrics.listen, metrics_collect, NULL, err);
+                ms = cs_metrics_server_start(metrics.listen, token, metrics_collect, NULL, err);
                 if (!ms)
                         r = -1;
                 else
-                        log_info("%s: metrics on http://%s/metrics (port %d)", name, metrics.listen,
-                                 cs_metrics_server_port(ms));
+                        log_info("%s: metrics on http://%s/metrics (port %d%s)", name,
+                                 metrics.listen, cs_metrics_server_port(ms),
+                                 token ? ", bearer token required" : "");
         }
         if (r == 0 && serve_user[0])
                 r = drop_privileges(err);

@@ -16,18 +16,31 @@ typedef struct cs_daemon_config {
         char *tls_ca;
         char *tls_cert;
         char *tls_key;
-        /* CS_METRICS_OPTION: where GET /metrics is served; empty: nowhere. */
+        /* CS_METRICS_OPTIONS: where GET /metrics is served (empty: nowhere), and the file
+         * holding the bearer token a scrape must present (empty: none). */
         char *metrics_listen;
+        char *metrics_token_file;
 } cs_daemon_config;
 
-/* The metrics endpoint's option (each daemon names its own environment variable). */
-#define CS_METRICS_OPTION(cfg, env, default_)                                                      \
+/* The metrics endpoint's options (each daemon names its own environment variables). */
+#define CS_METRICS_OPTIONS(cfg, listen_env, token_env)                                             \
+        { "metrics-listen",                                                                        \
+          listen_env,                                                                              \
+          CS_OPT_STRING,                                                                           \
+          "",                                                                                      \
+          "Address to serve Prometheus metrics on, plain HTTP (GET /metrics): host:port, "         \
+          "numeric (port 0 picks a free one; an empty host: every address). Empty: no metrics "    \
+          "endpoint.",                                                                             \
+          &(cfg).metrics_listen,                                                                   \
+          0,                                                                                       \
+          0 },                                                                                     \
         {                                                                                          \
-                "metrics-listen", env, CS_OPT_STRING, default_,                                    \
-                        "Address to serve Prometheus metrics on, plain HTTP (GET /metrics): "      \
-                        "host:port, numeric (port 0 picks a free one; an empty host: every "       \
-                        "address). Empty: no metrics endpoint.",                                   \
-                        &(cfg).metrics_listen, 0, 0                                                \
+                "metrics-token-file", token_env, CS_OPT_STRING, "",                                \
+                        "File holding a bearer token (16 to 256 printable characters) that every " \
+                        "request to --metrics-listen must present (Authorization: Bearer TOKEN); " \
+                        "others get 401. Read at start. Empty: no token (protect the port "        \
+                        "otherwise: it names every sandbox).",                                     \
+                        &(cfg).metrics_token_file, 0, 0                                            \
         }
 
 /* The common options, as cs_option initialisers for a program's table. */

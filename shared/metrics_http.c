@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <openssl/crypto.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -29,10 +30,11 @@ struct cs_metrics_server {
         int port;
         cs_metrics_collect_fn collect;
         void *userdata;
+        char *authorization; /* "Bearer TOKEN", or NULL */
 };
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *text,
-                             const char *allow)
+                             const char *allow, const char *authenticate)
 {
         struct MHD_Response *r =
                 MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
@@ -43,6 +45,8 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
         if (allow)
                 MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+        if (authenticate)
+                MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, authenticate);
         ret = MHD_queue_response(c, status, r);
         MHD_destroy_response(r);
         return ret;
@@ -60,14 +64,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         (void)version;
         (void)upload_data;
         (void)con_cls;
+        if (s->authorization) {
+                const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                              MHD_HTTP_HEADER_AUTHORIZATION);
+                size_t want = strlen(s->authorization);
+
+                /* Constant time in the token: the length is not secret. */
+                if (!got || strlen(got) != want || CRYPTO_memcmp(got, s->authorization, want))
+                        return reply(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n", NULL,
+                                     "Bearer realm=\"metrics\"");
+        }
         if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-                return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n", "GET, HEAD");
+                return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n", "GET, HEAD",
+                             NULL);
         /* A GET with a body: answering on the first call tells libmicrohttpd not to read it
          * (it closes the connection after the answer). */
         *upload_data_size = 0;
         if (strcmp(url, "/metrics") != 0)
                 return reply(c, MHD_HTTP_NOT_FOUND, "not found: the metrics are at /metrics\n",
-                             NULL);
+                             NULL, NULL);
         s->collect(&page, s->userdata);
         r = MHD_create_response_from_buffer(page.len, page.text ? page.text : (void *)"",
                                             page.text ? MHD_RESPMEM_MUST_FREE
@@ -134,15 +149,18 @@ static int listen_on(const char *addr, int *ret_port, cs_error **err)
         return fd;
 }
 
-cs_metrics_server *cs_metrics_server_start(const char *listen, cs_metrics_collect_fn collect,
-                                           void *userdata, cs_error **err)
+cs_metrics_server *cs_metrics_server_start(const char *listen, const char *token,
+                                           cs_metrics_collect_fn collect, void *userdata,
+                                           cs_error **err)
 {
         cs_metrics_server *s = cs_xcalloc(1, sizeof(*s));
 
+        s->authorization = token ? cs_xasprintf("Bearer %s", token) : NULL;
         s->collect = collect;
         s->userdata = userdata;
         s->fd = listen_on(listen, &s->port, err);
         if (s->fd < 0) {
+                free(s->authorization);
                 free(s);
                 return NULL;
         }
@@ -155,6 +173,7 @@ cs_metrics_server *cs_metrics_server_start(const char *listen, cs_metrics_collec
                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IDLE_TIMEOUT_S, MHD_OPTION_END);
         if (!s->mhd) {
                 close(s->fd);
+                free(s->authorization);
                 free(s);
                 cs_error_set(err, GRPC_STATUS_INTERNAL,
                              "metrics: cannot start the HTTP server on %s", listen);
@@ -177,5 +196,8 @@ void cs_metrics_server_stop(cs_metrics_server *s)
         MHD_quiesce_daemon(s->mhd);
         MHD_stop_daemon(s->mhd);
         close(s->fd);
+        if (s->authorization)
+                explicit_bzero(s->authorization, strlen(s->authorization));
+        free(s->authorization);
         free(s);
 }

@@ -14,9 +14,11 @@ typedef struct cs_metrics_server cs_metrics_server;
 typedef void (*cs_metrics_collect_fn)(cs_mpage *p, void *userdata);
 
 /* Listens on listen ("host:port", IPv4 or [IPv6]; port 0 picks a free one) and serves until
- * cs_metrics_server_stop. */
-cs_metrics_server *cs_metrics_server_start(const char *listen, cs_metrics_collect_fn collect,
-                                           void *userdata, cs_error **err);
+ * cs_metrics_server_stop. token (copied; NULL: none): every request must carry
+ * "Authorization: Bearer TOKEN", or gets 401 whatever it asks. */
+cs_metrics_server *cs_metrics_server_start(const char *listen, const char *token,
+                                           cs_metrics_collect_fn collect, void *userdata,
+                                           cs_error **err);
 /* The port it listens on (useful after port 0). */
 int cs_metrics_server_port(const cs_metrics_server *s);
 /* Stops serving, closes every connection, frees s. NULL: nothing. */

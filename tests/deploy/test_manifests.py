@@ -656,6 +656,17 @@ class Manifests(unittest.TestCase):
                 self.assertEqual(host, "$(POD_IP)")
                 self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"],
                                  "status.podIP")
+                # Its page names every sandbox, and NetworkPolicies seldom reach hostNetwork
+                # pods: a bearer token from the Secret compute-metrics-token, read-only.
+                token = env["COMPUTE_AGENT_METRICS_TOKEN_FILE"]["value"]
+                mounts = {m["name"]: m for m in c["volumeMounts"]}
+                vols = {v["name"]: v for v in pod_spec(d)["volumes"]}
+                (mount,) = [m for m in mounts.values()
+                            if token.startswith(m["mountPath"].rstrip("/") + "/")]
+                self.assertTrue(mount.get("readOnly"))
+                self.assertEqual(vols[mount["name"]]["secret"]["secretName"],
+                                 "compute-metrics-token")
+                self.assertEqual(token.rsplit("/", 1)[1], "token")
             else:
                 self.assertIn(host, ("", "0.0.0.0"), var)
             named = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -697,6 +708,10 @@ class Manifests(unittest.TestCase):
                 self.assertIn(ep["port"], ports, name)
                 self.assertEqual(ep.get("path", "/metrics"), "/metrics")
                 self.assertEqual(ep.get("scheme", "http"), "http")
+                if kind == "DaemonSet":  # the agents' page asks for its token
+                    self.assertEqual(ep["authorization"], {
+                        "type": "Bearer",
+                        "credentials": {"name": "compute-metrics-token", "key": "token"}})
             # rules.yaml finds the agents by the job name or this label.
             self.assertIn("app.kubernetes.io/name", m["spec"].get("podTargetLabels", []))
         self.assertIn("node-agent", "%s/%s" % (SYSTEM_NS, "compute-node-agent"))

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -33,8 +34,14 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 
-def http_get(port, path="/metrics"):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+TOKEN = "metrics-test-token-" + uuid.uuid4().hex
+
+
+def http_get(port, path="/metrics", token=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    with urllib.request.urlopen(req, timeout=10) as r:
         return r.status, r.read().decode()
 
 
@@ -63,7 +70,13 @@ class MetricsTest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="cs-met-", dir="/tmp")
         ctl._cleanups.append(lambda: shutil.rmtree(cls.tmp, ignore_errors=True))
         cls.agent_port, cls.frontend_port, cls.prom_port = free_port(), free_port(), free_port()
-        cls.agent = AgentProcess(BUILD_DIR, "--metrics-listen", f"127.0.0.1:{cls.agent_port}")
+        # The agent's page names every sandbox: it asks for a bearer token (the frontend's
+        # does not, it names none).
+        cls.token_file = os.path.join(cls.tmp, "agent-metrics-token")
+        with open(cls.token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        cls.agent = AgentProcess(BUILD_DIR, "--metrics-listen", f"127.0.0.1:{cls.agent_port}",
+                                 "--metrics-token-file", cls.token_file)
         ctl._cleanups.append(lambda: remove_cgroup(cls.agent.cgroup_parent))
         ctl._cleanups.append(cls.agent.cleanup)
         cls.frontend = ctl.FrontendProcess(cls.agent.address, cls.tmp, "--metrics-listen",
@@ -83,6 +96,7 @@ class MetricsTest(unittest.TestCase):
   scrape_timeout: 1s
 scrape_configs:
   - job_name: agent
+    authorization: {{credentials_file: "{cls.token_file}"}}
     static_configs: [{{targets: ["127.0.0.1:{cls.agent_port}"]}}]
   - job_name: frontend
     static_configs: [{{targets: ["127.0.0.1:{cls.frontend_port}"]}}]
@@ -146,8 +160,8 @@ scrape_configs:
             time.sleep(0.3)
 
     def test_promtool_clean_on_both_pages(self):
-        for port in (self.agent_port, self.frontend_port):
-            status, page = http_get(port)
+        for port, token in ((self.agent_port, TOKEN), (self.frontend_port, None)):
+            status, page = http_get(port, token=token)
             self.assertEqual(status, 200)
             r = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(),
                                capture_output=True)
@@ -223,8 +237,17 @@ scrape_configs:
             f'compute_sandbox_status{{sandbox_id="{sid}"}}')}
         self.assertEqual(status["DESTROYED"], 1)
 
+    def test_agent_page_needs_its_token(self):
+        for token in (None, "wrong", TOKEN[:-1]):
+            with self.assertRaises(urllib.error.HTTPError) as cm:
+                http_get(self.agent_port, token=token)
+            self.assertEqual(cm.exception.code, 401)
+            self.assertEqual(cm.exception.headers["WWW-Authenticate"], 'Bearer realm="metrics"')
+        self.assertIn(b"HTTP/1.1 401", raw(self.agent_port, b"GET /nothing HTTP/1.1\r\n"
+                                                            b"Host: x\r\nConnection: close\r\n\r\n"))
+
     def test_bad_requests_answered_and_cheap(self):
-        port = self.agent_port
+        port = self.frontend_port  # no token: the answers below are the HTTP layer's
         slow = socket.create_connection(("127.0.0.1", port))
         slow.sendall(b"GET /metr")  # and nothing more: holds only its own connection
         try:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import unittest
 
@@ -102,7 +103,17 @@ class RunScriptTest(unittest.TestCase):
         for port, program in ((self.fmetrics, "compute-frontend"),
                               (self.ametrics, "compute-nodeagent")):
             self.assertIn(f"http://127.0.0.1:{port}/metrics", self.output())
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+            if program == "compute-nodeagent":
+                # Its page names every sandbox: scripts/run made it a token only root reads.
+                token_file = os.path.join(self.state.name, "state", "metrics-token")
+                self.assertEqual(stat.S_IMODE(os.stat(token_file).st_mode), 0o600)
+                with self.assertRaises(urllib.error.HTTPError) as cm:
+                    urllib.request.urlopen(req, timeout=10)
+                self.assertEqual(cm.exception.code, 401)
+                with open(token_file) as f:
+                    req.add_header("Authorization", "Bearer " + f.read().strip())
+            with urllib.request.urlopen(req, timeout=10) as r:
                 self.assertIn(f'compute_build_info{{program="{program}"', r.read().decode())
         for address in (front, agent):
             with self.assertRaises(grpc.RpcError) as cm:

@@ -125,7 +125,7 @@ static char *http_s(int port, const char *req)
 static void test_http(void **state)
 {
         cs_error *err = NULL;
-        cs_metrics_server *s = cs_metrics_server_start("127.0.0.1:0", collect, NULL, &err);
+        cs_metrics_server *s = cs_metrics_server_start("127.0.0.1:0", NULL, collect, NULL, &err);
         int port, idle;
         char *r;
 
@@ -187,17 +187,53 @@ static void test_http(void **state)
         cs_metrics_server_stop(s);
 }
 
+/* With a token, nothing is answered without it: not the page, not even a 404 or 405. */
+static void test_bearer_token(void **state)
+{
+        cs_error *err = NULL;
+        cs_metrics_server *s =
+                cs_metrics_server_start("127.0.0.1:0", "s3cret-token-0123", collect, NULL, &err);
+        int port, before = collected;
+        char *r;
+
+        (void)state;
+        assert_non_null(s);
+        port = cs_metrics_server_port(s);
+        for (const char *req =
+                     "GET /metrics HTTP/1.0\r\n\r\n\0"
+                     "GET /metrics HTTP/1.0\r\nAuthorization: Bearer wrong\r\n\r\n\0"
+                     "GET /metrics HTTP/1.0\r\nAuthorization: Bearer s3cret-token-012\r\n"
+                     "\r\n\0"
+                     "GET /metrics HTTP/1.0\r\nAuthorization: Bearer s3cret-token-01234\r\n"
+                     "\r\n\0"
+                     "GET /x HTTP/1.0\r\n\r\n\0"
+                     "POST /metrics HTTP/1.0\r\n\r\n\0";
+             *req; req += strlen(req) + 1) {
+                r = http_s(port, req);
+                if (!strstr(r, "HTTP/1.1 401") || !strstr(r, "WWW-Authenticate: Bearer"))
+                        fail_msg("not refused: %s\n%s", req, r);
+                free(r);
+        }
+        assert_int_equal(collected, before);
+        r = http_s(port,
+                   "GET /metrics HTTP/1.0\r\nAuthorization: Bearer s3cret-token-0123\r\n\r\n");
+        assert_non_null(strstr(r, "HTTP/1.1 200"));
+        assert_non_null(strstr(r, "t_up 1"));
+        free(r);
+        cs_metrics_server_stop(s);
+}
+
 static void test_bad_address(void **state)
 {
         cs_error *err = NULL;
 
         (void)state;
-        assert_null(cs_metrics_server_start("localhost", collect, NULL, &err));
+        assert_null(cs_metrics_server_start("localhost", NULL, collect, NULL, &err));
         assert_non_null(err);
         assert_int_equal(err->code, GRPC_STATUS_INVALID_ARGUMENT);
         cs_error_free(err);
         err = NULL;
-        assert_null(cs_metrics_server_start("nohost:9", collect, NULL, &err));
+        assert_null(cs_metrics_server_start("nohost:9", NULL, collect, NULL, &err));
         assert_int_equal(err->code, GRPC_STATUS_INVALID_ARGUMENT);
         cs_error_free(err);
 }
@@ -205,9 +241,9 @@ static void test_bad_address(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_escaping),    cmocka_unit_test(test_histogram),
-                cmocka_unit_test(test_process),     cmocka_unit_test(test_http),
-                cmocka_unit_test(test_bad_address),
+                cmocka_unit_test(test_escaping),     cmocka_unit_test(test_histogram),
+                cmocka_unit_test(test_process),      cmocka_unit_test(test_http),
+                cmocka_unit_test(test_bearer_token), cmocka_unit_test(test_bad_address),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
