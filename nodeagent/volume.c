@@ -79,10 +79,38 @@ static int loop_attach(int backing, char *ret_dev, size_t dev_len, cs_error **er
         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "volume: loop devices busy");
 }
 
+/* Attaches the image open at backing to a loop device and mounts it at mountpoint. */
+static int loop_mount(int backing, const char *mountpoint, cs_error **err)
+{
+        _cleanup_close_ int loop = -1;
+        char dev[64];
+
+        loop = loop_attach(backing, dev, sizeof(dev), err);
+        if (loop < 0)
+                return -1;
+        if (mount(dev, mountpoint, "ext4", MS_NODEV | MS_NOSUID, NULL) < 0) {
+                cs_error_errno(err, errno, "volume: mount %s at %s", dev, mountpoint);
+                ioctl(loop, LOOP_CLR_FD, 0);
+                return -1;
+        }
+        /* Closing loop now leaves the mount as the device's only user: autoclear frees the
+         * device when the mount goes. */
+        return 0;
+}
+
+int vol_attach(const char *image, const char *mountpoint, cs_error **err)
+{
+        _cleanup_close_ int backing = open(image, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+
+        if (backing < 0)
+                return cs_error_errno(err, errno, "volume: open %s", image);
+        return loop_mount(backing, mountpoint, err);
+}
+
 int vol_create(const char *image, uint64_t size, const char *mountpoint, cs_error **err)
 {
-        _cleanup_close_ int backing = -1, loop = -1;
-        char dev[64];
+        _cleanup_close_ int backing = -1;
+        _cleanup_free_ char *lost = cs_xasprintf("%s/lost+found", mountpoint);
 
         backing = open(image, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (backing < 0)
@@ -91,18 +119,11 @@ int vol_create(const char *image, uint64_t size, const char *mountpoint, cs_erro
                 cs_error_errno(err, errno, "volume: size %s", image);
                 goto fail;
         }
-        if (run_mkfs(image, err) < 0)
+        if (run_mkfs(image, err) < 0 || loop_mount(backing, mountpoint, err) < 0)
                 goto fail;
-        loop = loop_attach(backing, dev, sizeof(dev), err);
-        if (loop < 0)
-                goto fail;
-        if (mount(dev, mountpoint, "ext4", MS_NODEV | MS_NOSUID, NULL) < 0) {
-                cs_error_errno(err, errno, "volume: mount %s at %s", dev, mountpoint);
-                ioctl(loop, LOOP_CLR_FD, 0);
-                goto fail;
-        }
-        /* Closing loop now leaves the mount as the device's only user: autoclear frees the
-         * device when the mount goes. */
+        /* The workspace starts empty, as a directory would: mkfs's lost+found is not the
+         * tenant's (e2fsck makes it again if it ever needs one). */
+        (void)rmdir(lost);
         return 0;
 fail:
         unlink(image);
@@ -119,8 +140,13 @@ bool vol_mounted(const char *mountpoint)
 
 int vol_remove(const char *image, const char *mountpoint, cs_error **err)
 {
-        if (vol_mounted(mountpoint) && umount2(mountpoint, UMOUNT_NOFOLLOW) < 0)
-                return cs_error_errno(err, errno, "volume: unmount %s", mountpoint);
+        /* Whatever is stacked there goes; a mount still busy is detached lazily (its loop
+         * device is freed once its last user lets go). */
+        for (int i = 0; i < 8 && vol_mounted(mountpoint); i++) {
+                if (umount2(mountpoint, UMOUNT_NOFOLLOW) < 0 &&
+                    (errno != EBUSY || umount2(mountpoint, UMOUNT_NOFOLLOW | MNT_DETACH) < 0))
+                        return cs_error_errno(err, errno, "volume: unmount %s", mountpoint);
+        }
         if (unlink(image) < 0 && errno != ENOENT)
                 return cs_error_errno(err, errno, "volume: remove %s", image);
         return 0;
