@@ -228,8 +228,8 @@ static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs
         if (out->max_runtime_ms < CS_MIN_RUNTIME_MS || out->max_runtime_ms > CS_MAX_RUNTIME_MS)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "max_runtime must be 1 s..24 h");
-        if (!out->workspace_bytes && cs_quantity_parse(CS_DEFAULT_WORKSPACE_SIZE,
-                                                       &out->workspace_bytes) < 0)
+        if (!out->workspace_bytes &&
+            cs_quantity_parse(CS_DEFAULT_WORKSPACE_SIZE, &out->workspace_bytes) < 0)
                 abort(); /* a constant */
         if (out->workspace_bytes < CS_MIN_WORKSPACE_BYTES ||
             out->workspace_bytes > CS_MAX_WORKSPACE_BYTES)
@@ -434,6 +434,7 @@ static void start_abandon(sb_registry *reg, sandbox *sb, const char *why)
 
 int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_created, cs_error **err)
 {
+        vol_counters start = { 0 };
         sb_spec spec;
         sandbox *sb, *old;
         starter *st;
@@ -467,11 +468,14 @@ int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_creat
         if (sandbox_mkdir(sb->dir, 0700, err) < 0 || sandbox_mkdir(sb->bundle_dir, 0700, err) < 0 ||
             sandbox_mkdir(sb->workspace_dir, 0755, err) < 0 ||
             (sb->volume && vol_create(sb->volume_image, sb->workspace_bytes, sb->workspace_dir,
-                                      err) < 0)) {
+                                      &start, err) < 0)) {
                 start_abandon(reg, sb, (*err)->msg);
                 sandbox_persist(reg, sb);
                 return -1;
         }
+        pthread_mutex_lock(&reg->lock);
+        sb->vol_start = start;
+        pthread_mutex_unlock(&reg->lock);
         sandbox_persist(reg, sb);
 
         st = cs_xcalloc(1, sizeof(*st));

@@ -39,11 +39,11 @@ typedef enum sb_status {
 
 typedef struct sb_spec {
         const char *id, *tenant_id, *session_id;
-        const char *image;      /* a directory of images_dir; "": SB_DEFAULT_IMAGE */
-        const char *mount_path; /* "": CS_DEFAULT_MOUNT_PATH */
-        uint32_t cpu_millis;    /* 0: default */
-        uint64_t memory_bytes;  /* 0: default */
-        int64_t max_runtime_ms; /* 0: default */
+        const char *image;        /* a directory of images_dir; "": SB_DEFAULT_IMAGE */
+        const char *mount_path;   /* "": CS_DEFAULT_MOUNT_PATH */
+        uint32_t cpu_millis;      /* 0: default */
+        uint64_t memory_bytes;    /* 0: default */
+        int64_t max_runtime_ms;   /* 0: default */
         uint64_t workspace_bytes; /* 0: CS_DEFAULT_WORKSPACE_SIZE; else 16Mi..1Ti */
 } sb_spec;
 
@@ -71,8 +71,8 @@ typedef struct sb_config {
         na_capacity capacity;       /* admission control (admission.h); memory_bytes 0: off */
         bool volumes; /* local mode: each workspace is a volume of its size (volume.h); off:
                          a plain directory of the state directory's filesystem, unbounded */
-        bool kube; /* kube mode: no records, no creation; sandboxes come from sb_attach and
-                      the registry never stops or removes a container */
+        bool kube;    /* kube mode: no records, no creation; sandboxes come from sb_attach and
+                         the registry never stops or removes a container */
 } sb_config;
 
 typedef struct sb_registry sb_registry;

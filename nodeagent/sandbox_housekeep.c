@@ -5,8 +5,8 @@
  *
  * Owns the thread's loop and the removal. May touch: the list (unlinking, under the registry
  * lock), the runtime's state and destroy (unlocked, with a reference held), the workspace and
- * sandbox directories of removed sandboxes, their workspace volumes (vol_remove). Attached (kube) entries are handed to
- * sandbox_attach.c. Locking: sandbox_internal.h. */
+ * sandbox directories of removed sandboxes, their workspace volumes (vol_remove). Attached (kube)
+ * entries are handed to sandbox_attach.c. Locking: sandbox_internal.h. */
 #include "sandbox_internal.h"
 
 #include <inttypes.h>

@@ -42,11 +42,14 @@ static json_t *record_json_locked(const sandbox *sb)
                 (json_int_t)sb->mem_n, "mem_max", (json_int_t)sb->mem_max, "file_read",
                 (json_int_t)sb->file_read, "file_written", (json_int_t)sb->file_written);
 
-        if (doc && json_object_update_new(
-                           doc, json_pack("{s:I, s:b, s:I, s:I}", "workspace_bytes",
-                                          (json_int_t)sb->workspace_bytes, "volume", sb->volume,
-                                          "vol_base_read", (json_int_t)sb->vol_base_read,
-                                          "vol_base_written", (json_int_t)sb->vol_base_written)) < 0) {
+        if (doc &&
+            json_object_update_new(
+                    doc, json_pack("{s:I, s:b, s:I, s:I, s:I, s:I}", "workspace_bytes",
+                                   (json_int_t)sb->workspace_bytes, "volume", sb->volume,
+                                   "vol_base_read", (json_int_t)sb->vol_base_read,
+                                   "vol_base_written", (json_int_t)sb->vol_base_written,
+                                   "vol_start_read", (json_int_t)sb->vol_start.read,
+                                   "vol_start_written", (json_int_t)sb->vol_start.written)) < 0) {
                 json_decref(doc);
                 return NULL;
         }
@@ -104,7 +107,7 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
         sandbox *sb;
         const char *s[6] = { 0 };
         json_int_t n[13] = { 0 };
-        json_int_t v[3] = { 0 };
+        json_int_t v[5] = { 0 };
         int status = 0, frozen = 0, volume = 0;
         json_t *usage = NULL;
 
@@ -122,8 +125,9 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
                         "usage_frozen", &frozen, "usage", &usage, "mem_sum", &n[6], "mem_n", &n[7],
                         "mem_max", &n[8], "file_read", &n[9], "file_written", &n[10]) < 0 ||
             /* Records older than workspace volumes have none of these: a plain directory. */
-            json_unpack(doc, "{s?I, s?b, s?I, s?I}", "workspace_bytes", &v[0], "volume", &volume,
-                        "vol_base_read", &v[1], "vol_base_written", &v[2]) < 0 ||
+            json_unpack(doc, "{s?I, s?b, s?I, s?I, s?I, s?I}", "workspace_bytes", &v[0], "volume",
+                        &volume, "vol_base_read", &v[1], "vol_base_written", &v[2],
+                        "vol_start_read", &v[3], "vol_start_written", &v[4]) < 0 ||
             strcmp(s[0], id) != 0 || status < SB_STARTING || status > SB_DESTROYED) {
                 json_decref(doc);
                 cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: not a valid sandbox record", path);
@@ -155,6 +159,7 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
         sb->volume = volume;
         sb->vol_base_read = (uint64_t)v[1];
         sb->vol_base_written = (uint64_t)v[2];
+        sb->vol_start = (vol_counters){ (uint64_t)v[3], (uint64_t)v[4] };
         /* Runtime left is measured from now: the monotonic clock did not survive. */
         sb->started_mono_ms = cs_now_monotonic_ms() - (cs_now_realtime_ms() - sb->created_at_ms);
         json_decref(doc);
@@ -225,7 +230,7 @@ static void reattach_volume(sb_registry *reg, sandbox *sb)
 
         if (!sb->volume || vol_mounted(sb->workspace_dir))
                 return;
-        if (vol_attach(sb->volume_image, sb->workspace_dir, &err) < 0) {
+        if (vol_attach(sb->volume_image, sb->workspace_dir, &sb->vol_start, &err) < 0) {
                 sandbox_log(reg, true, sb->id, "cannot mount the workspace volume again: %s",
                             err->msg);
                 cs_error_free(err);

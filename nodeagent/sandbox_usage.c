@@ -51,9 +51,10 @@ static void disk_totals_locked(const sandbox *sb, const cgroup_sample *s, const 
         if (!sb->volume) {
                 *ret_read = s->io_read_bytes + sb->file_read;
                 *ret_written = s->io_write_bytes + sb->file_written;
-        } else if (d->have) {
-                *ret_read = sb->vol_base_read + d->read;
-                *ret_written = sb->vol_base_written + d->written;
+        } else if (d->have && d->read >= sb->vol_start.read &&
+                   d->written >= sb->vol_start.written) {
+                *ret_read = sb->vol_base_read + d->read - sb->vol_start.read;
+                *ret_written = sb->vol_base_written + d->written - sb->vol_start.written;
         } else {
                 *ret_read = sb->frozen.disk_read_bytes;
                 *ret_written = sb->frozen.disk_write_bytes;

@@ -12,6 +12,7 @@ import uuid
 import grpc
 
 from agent_client import Agent
+from mounts import unmount_under
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
 from cri import remove_cgroup  # noqa: E402
@@ -140,6 +141,9 @@ class AgentProcess:
             # too), and the agent's parent directory stays behind.
             remove_cgroup(self.cgroup_parent)
             tail = self.log()[-3000:]
+            # Workspace volumes stay mounted for their soft-delete grace: unmounting them
+            # frees their loop devices before the state goes.
+            unmount_under(self.state)
             shutil.rmtree(self.state, ignore_errors=True)
         return rc, tail
 
