@@ -242,7 +242,13 @@ static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs
  * takes the session (no silent fallback to an unbounded directory either). */
 static int volumes_check(sb_registry *reg, cs_error **err)
 {
-        if (!reg->cfg.volumes || access("/dev/loop-control", R_OK | W_OK) == 0)
+        struct stat st;
+
+        if (!reg->cfg.volumes)
+                return 0;
+        if (stat("/dev/loop-control", &st) == 0 && !S_ISCHR(st.st_mode))
+                errno = ENODEV;
+        else if (access("/dev/loop-control", R_OK | W_OK) == 0)
                 return 0;
         return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
                             "this node has no loop devices (/dev/loop-control: %s) for "

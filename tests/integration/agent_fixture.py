@@ -33,6 +33,8 @@ def free_port():
 class AgentProcess:
     """One agent: its own state dir, runsc root, cgroup parent and port."""
 
+    wrapper = []  # a command the agent runs under (e.g. unshare), or none
+
     def __init__(self, build_dir, *extra_args):
         self.build_dir = build_dir
         # Short: runsc puts sockets under its root, and socket paths are limited.
@@ -53,7 +55,7 @@ class AgentProcess:
     def start(self):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [os.path.join(self.build_dir, "bin", "compute-nodeagent"),
+            self.wrapper + [os.path.join(self.build_dir, "bin", "compute-nodeagent"),
              "--listen", self.address, "--state-dir", os.path.join(self.state, "state"),
              "--cgroup-parent", self.cgroup_parent, "--sample-interval-ms", "200",
              "--shutdown-grace-ms", "3000", "--log-level", "debug"]

@@ -12,7 +12,11 @@
   old file stays whole;
 - after kill -9 of the agent and a restart the usage counters do not drop and the workspace is
   still mounted with its files;
-- destroy and the removal after the grace take the mount, the loop device and the image away.
+- destroy and the removal after the grace take the mount, the loop device and the image away;
+- a volume unmounted while the agent is down is mounted again from its image (not formatted);
+- --workspace-volumes=off gives a plain directory; with volumes on and no loop device (an
+  agent in its own mount namespace where /dev/loop-control is a plain file) CreateSandbox is
+  FAILED_PRECONDITION and no sandbox is left.
 
 Every failing test prints the end of both daemons' logs."""
 import functools
@@ -238,6 +242,90 @@ class WorkspaceSizeTest(unittest.TestCase):
         while os.path.exists(image) or mounts_under(ws):
             self.assertLess(time.monotonic(), deadline, "the volume is still there")
             time.sleep(0.2)
+
+
+class VolumesOffTest(unittest.TestCase):
+    """--workspace-volumes=off: a plain directory (no mount, no image), its disk usage the
+    cgroup's plus the agent's own file I/O, as before volumes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.agent = AgentProcess(BUILD_DIR, "--workspace-volumes=off")
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, tail = cls.agent.cleanup()
+        if rc != 0:
+            raise AssertionError(f"agent exited {rc}:\n{tail}")
+
+    def test_plain_directory(self):
+        a = self.agent
+        c = a.client
+        sid = a.new_sandbox(workspace_bytes=32 * MIB)
+        ws = os.path.join(a.state, "state", "workspaces", sid)
+        try:
+            self.assertTrue(os.path.isdir(ws))
+            self.assertEqual(mounts_under(ws), [])
+            self.assertFalse(os.path.exists(os.path.join(a.state, "state", "volumes",
+                                                         sid + ".img")))
+            c.WriteFile(c.pb.WriteFileRequest(ref=c.ref(sid), path="f", data=b"x" * 4096),
+                        timeout=30)
+            usage = a.status(sid).usage
+            self.assertGreaterEqual(usage.disk_write_bytes, 4096)
+        except BaseException:
+            print("--- agent log (end) ---\n" + a.log()[-4000:], file=sys.stderr)
+            raise
+
+
+class NoLoopDevicesAgent(AgentProcess):
+    """An agent in a mount namespace of its own where /dev/loop-control is a plain empty
+    file: a host without loop devices, as far as the agent can tell."""
+
+    def __init__(self, build_dir, *extra):
+        fd, self.fake = tempfile.mkstemp(prefix="cs-noloop-")
+        os.close(fd)
+        self.wrapper = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                        'mount --bind "$0" /dev/loop-control && exec "$@"', self.fake]
+        super().__init__(build_dir, *extra)
+
+    def cleanup(self):
+        try:
+            return super().cleanup()
+        finally:
+            os.unlink(self.fake)
+
+
+class NoLoopDevicesTest(unittest.TestCase):
+    """Volumes on and no loop device: CreateSandbox is FAILED_PRECONDITION with a message
+    that says what to do, and no sandbox is left behind (no silent fallback)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if shutil.which("unshare") is None:
+            raise unittest.SkipTest("no unshare(1)")
+        cls.agent = NoLoopDevicesAgent(BUILD_DIR)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, tail = cls.agent.cleanup()
+        if rc != 0:
+            raise AssertionError(f"agent exited {rc}:\n{tail}")
+
+    def test_failed_precondition(self):
+        a = self.agent
+        c = a.client
+        try:
+            with self.assertRaises(grpc.RpcError) as cm:
+                a.new_sandbox(wait_ready=False)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("no loop devices", cm.exception.details())
+            self.assertIn("--workspace-volumes=off", cm.exception.details())
+            print(cm.exception.details())
+            listed = c.ListSandboxes(c.pb.ListSandboxesRequest(), timeout=10).sandboxes
+            self.assertEqual(list(listed), [])
+        except BaseException:
+            print("--- agent log (end) ---\n" + a.log()[-4000:], file=sys.stderr)
+            raise
 
 
 def main():
