@@ -2,14 +2,16 @@
  * process, the workspace's disk I/O), the memory samples behind averages and peaks, and the
  * usage windows of execs (sb_window_begin/end).
  *
- * Disk I/O has one source per sandbox (disk_read): a workspace volume's block counters plus
- * the totals of its earlier attachments (everything that reaches the volume: the sandbox's
- * writes and the agent's file API alike); without a volume (--workspace-volumes=off, kube
- * mode) the cgroup's block I/O plus the agent's own file I/O (sb_count_file_io).
+ * Disk I/O has one source per sandbox (disk_totals_locked): a workspace volume's block
+ * counters since it was attached plus the totals of its earlier attachments (everything that
+ * reaches the volume: the sandbox's writes and the agent's file API alike); without a volume
+ * (--workspace-volumes=off, kube mode) the cgroup's block I/O plus the agent's own file I/O
+ * (sb_count_file_io).
  *
- * Owns the usage fields of a sandbox (frozen, usage_frozen, mem_*, file_*, vol_base_* once
- * listed, windows, execs). May touch: those under the registry lock; the cgroup (read, reset
- * of the memory peak), /proc network counters and the volume's block counters, always
+ * Owns the usage fields of a sandbox (frozen, usage_frozen, mem_*, file_*, windows, execs)
+ * and reads vol_base_* and vol_start (set when the volume is attached: sandbox.c, and
+ * sandbox_record.c's opening). May touch: those under the registry lock; the cgroup (read,
+ * reset of the memory peak), /proc network counters and the volume's block counters, always
  * unlocked. Never the status, the list or the runtime. Locking: sandbox_internal.h. */
 #include "sandbox_internal.h"
 
@@ -68,7 +70,6 @@ void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
         cgroup_sample s = { 0 };
         cs_error *err = NULL;
         uint64_t rx, tx;
-
         disk_reading d;
         bool have = cgroup_read(reg->cg, sb->cgroup_path, &s, &err) == 0;
 
