@@ -27,6 +27,8 @@
 #include "metrics.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "pbconv.h"
+#include "quantity.h"
+#include "sandbox_limits.h"
 #include "scheduler.h"
 #include "util.h"
 #include "uuid.h"
@@ -393,6 +395,12 @@ static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, 
         req.mount_path = (char *)spec->mount_path;
         req.cpu_millis = spec->cpu_millis;
         req.memory_bytes = spec->memory_bytes;
+        /* Checked by service_core.c (a quantity within 16Mi..1Ti): the agent gets bytes. */
+        if (cs_quantity_parse(spec->size && spec->size[0] ? spec->size : CS_DEFAULT_WORKSPACE_SIZE,
+                              &req.workspace_bytes) < 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "workspace size '%.40s' is not a quantity like 10Gi",
+                                    spec->size);
         if (spec->max_runtime_ms) {
                 max_runtime.seconds = spec->max_runtime_ms / 1000;
                 max_runtime.nanos = (int32_t)(spec->max_runtime_ms % 1000) * 1000000;

@@ -39,6 +39,7 @@ static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *h
 static char *pod_namespaces, *volume_root, *listen_group, *capabilities;
 static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
 static int64_t cpu_overcommit_pct, memory_overcommit_pct;
+static bool workspace_volumes;
 
 /* What the agent keeps by default: measured (docs/security.md, "Privileges"). */
 #define AGENT_CAPABILITIES "chown,dac_override,fowner,fsetid,setgid,setuid,sys_admin,setfcap"
@@ -110,6 +111,13 @@ static const cs_option options[] = {
         { "workspace-grace-s", "COMPUTE_WORKSPACE_GRACE_S", CS_OPT_INT, "86400",
           "After a destroy, how long the workspace is kept before the agent removes it.", &grace_s,
           0, 365 * 86400 },
+        { "workspace-volumes", "COMPUTE_WORKSPACE_VOLUMES", CS_OPT_BOOL, "on",
+          "Local mode: each workspace is an ext4 volume of its requested size (a sparse image "
+          "under STATE_DIR/volumes on a loop device), so it holds no more than that and its "
+          "disk usage comes from the volume's block counters; without loop devices "
+          "CreateSandbox is FAILED_PRECONDITION. off: a plain directory, unbounded (it can fill "
+          "the state directory's filesystem).",
+          &workspace_volumes, 0, 0 },
         { "sample-interval-ms", "COMPUTE_SAMPLE_INTERVAL_MS", CS_OPT_INT, "1000",
           "Period of memory sampling (for averages), status checks and workspace GC.", &sample_ms,
           50, 60000 },
@@ -262,6 +270,7 @@ static int agent_open(agent *a, cs_error **err)
                          .grace_ms = grace_s * 1000,
                          .sample_interval_ms = sample_ms,
                          .max_sandboxes = (uint32_t)max_sandboxes,
+                         .volumes = workspace_volumes && !kube,
                          .kube = kube };
 
         if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &a->capacity, err) < 0)

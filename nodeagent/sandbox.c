@@ -16,13 +16,17 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "image.h"
 #include "path.h"
+#include "quantity.h"
 #include "util.h"
 #include "uuid.h"
+#include "volume.h"
 
 void sandbox_log(sb_registry *reg, bool warn, const char *id, const char *fmt, ...)
 {
@@ -53,6 +57,7 @@ void sandbox_free(sandbox *sb)
         free(sb->workspace_dir);
         free(sb->container_id);
         free(sb->cgroup_path);
+        free(sb->volume_image);
         free(sb->key);
         free(sb);
 }
@@ -64,6 +69,7 @@ void sandbox_paths(sb_registry *reg, sandbox *sb)
         sb->workspace_dir = cs_xasprintf("%s/workspaces/%s", reg->state_dir, sb->id);
         sb->container_id = cs_xasprintf("cs-%s", sb->id);
         sb->cgroup_path = cs_xasprintf("%s/%s", reg->cgroup_parent, sb->id);
+        sb->volume_image = cs_xasprintf("%s/volumes/%s.img", reg->state_dir, sb->id);
 }
 
 void sandbox_set_message_locked(sandbox *sb, const char *msg)
@@ -223,7 +229,33 @@ static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs
         if (out->max_runtime_ms < CS_MIN_RUNTIME_MS || out->max_runtime_ms > CS_MAX_RUNTIME_MS)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "max_runtime must be 1 s..24 h");
+        if (!out->workspace_bytes &&
+            cs_quantity_parse(CS_DEFAULT_WORKSPACE_SIZE, &out->workspace_bytes) < 0)
+                abort(); /* a constant */
+        if (out->workspace_bytes < CS_MIN_WORKSPACE_BYTES ||
+            out->workspace_bytes > CS_MAX_WORKSPACE_BYTES)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "workspace_bytes must be 16Mi..1Ti");
         return 0;
+}
+
+/* Volumes on and no loop device: refused before the sandbox is listed, so no FAILED sandbox
+ * takes the session (no silent fallback to an unbounded directory either). */
+static int volumes_check(sb_registry *reg, cs_error **err)
+{
+        struct stat st;
+
+        if (!reg->cfg.volumes)
+                return 0;
+        if (stat("/dev/loop-control", &st) == 0 && !S_ISCHR(st.st_mode))
+                errno = ENODEV;
+        else if (access("/dev/loop-control", R_OK | W_OK) == 0)
+                return 0;
+        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                            "this node has no loop devices (/dev/loop-control: %s) for "
+                            "workspace volumes; run the agent with --workspace-volumes=off for "
+                            "plain, unbounded workspace directories",
+                            strerror(errno));
 }
 
 /* --- lifecycle ------------------------------------------------------------------------- */
@@ -384,6 +416,8 @@ static sandbox *sandbox_new_locked(sb_registry *reg, const sb_spec *spec)
         sb->cpu_millis = spec->cpu_millis;
         sb->memory_bytes = spec->memory_bytes;
         sb->max_runtime_ms = spec->max_runtime_ms;
+        sb->workspace_bytes = spec->workspace_bytes;
+        sb->volume = reg->cfg.volumes;
         sb->created_at_ms = cs_now_realtime_ms();
         sb->started_mono_ms = cs_now_monotonic_ms();
         sb->status = SB_STARTING;
@@ -407,13 +441,14 @@ static void start_abandon(sb_registry *reg, sandbox *sb, const char *why)
 
 int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_created, cs_error **err)
 {
+        vol_counters start = { 0 };
         sb_spec spec;
         sandbox *sb, *old;
         starter *st;
         pthread_t thread;
         pthread_attr_t attr;
 
-        if (spec_validate(reg, in, &spec, err) < 0)
+        if (spec_validate(reg, in, &spec, err) < 0 || volumes_check(reg, err) < 0)
                 return -1;
         pthread_mutex_lock(&reg->lock);
         old = existing_locked(reg, &spec, err);
@@ -438,10 +473,16 @@ int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_creat
         pthread_mutex_unlock(&reg->lock);
 
         if (sandbox_mkdir(sb->dir, 0700, err) < 0 || sandbox_mkdir(sb->bundle_dir, 0700, err) < 0 ||
-            sandbox_mkdir(sb->workspace_dir, 0755, err) < 0) {
+            sandbox_mkdir(sb->workspace_dir, 0755, err) < 0 ||
+            (sb->volume && vol_create(sb->volume_image, sb->workspace_bytes, sb->workspace_dir,
+                                      &start, err) < 0)) {
                 start_abandon(reg, sb, (*err)->msg);
+                sandbox_persist(reg, sb);
                 return -1;
         }
+        pthread_mutex_lock(&reg->lock);
+        sb->vol_start = start;
+        pthread_mutex_unlock(&reg->lock);
         sandbox_persist(reg, sb);
 
         st = cs_xcalloc(1, sizeof(*st));

@@ -39,11 +39,12 @@ typedef enum sb_status {
 
 typedef struct sb_spec {
         const char *id, *tenant_id, *session_id;
-        const char *image;      /* a directory of images_dir; "": SB_DEFAULT_IMAGE */
-        const char *mount_path; /* "": CS_DEFAULT_MOUNT_PATH */
-        uint32_t cpu_millis;    /* 0: default */
-        uint64_t memory_bytes;  /* 0: default */
-        int64_t max_runtime_ms; /* 0: default */
+        const char *image;        /* a directory of images_dir; "": SB_DEFAULT_IMAGE */
+        const char *mount_path;   /* "": CS_DEFAULT_MOUNT_PATH */
+        uint32_t cpu_millis;      /* 0: default */
+        uint64_t memory_bytes;    /* 0: default */
+        int64_t max_runtime_ms;   /* 0: default */
+        uint64_t workspace_bytes; /* 0: CS_DEFAULT_WORKSPACE_SIZE; else 16Mi..1Ti */
 } sb_spec;
 
 /* A snapshot of one sandbox, for answers. Strings are owned by the snapshot. */
@@ -69,8 +70,10 @@ typedef struct sb_config {
         int64_t start_timeout_ms;   /* how long a sandbox may take to reach READY */
         uint32_t max_sandboxes;     /* live (not destroyed) sandboxes at once */
         na_capacity capacity;       /* admission control (admission.h); memory_bytes 0: off */
-        bool kube; /* kube mode: no records, no creation; sandboxes come from sb_attach and
-                      the registry never stops or removes a container */
+        bool volumes; /* local mode: each workspace is a volume of its size (volume.h); off:
+                         a plain directory of the state directory's filesystem, unbounded */
+        bool kube;    /* kube mode: no records, no creation; sandboxes come from sb_attach and
+                         the registry never stops or removes a container */
 } sb_config;
 
 typedef struct sb_registry sb_registry;
@@ -151,7 +154,8 @@ const char *sb_workspace_dir(const sandbox *sb);
 const char *sb_mount_path(const sandbox *sb);
 const char *sb_dir(const sandbox *sb); /* per-sandbox scratch directory on the host */
 
-/* Counts bytes moved by the agent's own file API (they are workspace disk I/O too). */
+/* Counts bytes moved by the agent's own file API (they are workspace disk I/O too) for a
+ * sandbox without a volume; a volume's block counters see them already. */
 void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t written);
 
 /* An exec's measurement window: usage between sb_window_begin and sb_window_end, with memory

@@ -5,14 +5,15 @@
  *
  * Owns the thread's loop and the removal. May touch: the list (unlinking, under the registry
  * lock), the runtime's state and destroy (unlocked, with a reference held), the workspace and
- * sandbox directories of removed sandboxes. Attached (kube) entries are handed to
- * sandbox_attach.c. Locking: sandbox_internal.h. */
+ * sandbox directories of removed sandboxes, their workspace volumes (vol_remove). Attached (kube)
+ * entries are handed to sandbox_attach.c. Locking: sandbox_internal.h. */
 #include "sandbox_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 
 #include "util.h"
+#include "volume.h"
 
 /* One sandbox's periodic work: sample memory, notice a dead container, enforce max_runtime. */
 static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
@@ -81,7 +82,13 @@ static void remove_expired(sb_registry *reg, sandbox *sb)
 
         /* A FAILED sandbox may still have a stopped container to delete. */
         reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
-        cs_error_free(ignored);
+        cs_error_freep(&ignored);
+        /* The volume's mount and image go first: the tree removal never enters a mount. */
+        if (sb->volume && vol_remove(sb->volume_image, sb->workspace_dir, &ignored) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot remove the workspace volume: %s",
+                            ignored->msg);
+                cs_error_freep(&ignored);
+        }
         sandbox_rm_tree(sb->workspace_dir);
         sandbox_rm_tree(sb->dir);
         sandbox_log(reg, false, sb->id, "workspace removed after its grace period");

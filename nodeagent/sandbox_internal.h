@@ -18,17 +18,18 @@
  * - reg->lock (one mutex per registry) guards the list (reg->list and every sb->next),
  *   reg->stopping, reg->starters, and every mutable field of every sandbox: status,
  *   status_message, destroying, destroyed_at_ms, delete_after_ms, host_pid (writes),
- *   frozen, usage_frozen, mem_sum/mem_n/mem_max, file_read/file_written, windows (and
- *   the windows' contents once linked), execs, refs, gone.
+ *   frozen, usage_frozen, mem_sum/mem_n/mem_max, file_read/file_written,
+ *   vol_base_read/vol_base_written, vol_start, windows (and the windows' contents once
+ *   linked), execs, refs, gone.
  *   reg->cond (CLOCK_MONOTONIC) is waited on with it (acquire, destroy, the housekeeping's
  *   sleep, free); status changes, releases, the end of a destroy or of a starter thread,
  *   and stopping broadcast it.
  * - Immutable once the sandbox is listed, so readable without the lock by whoever holds a
  *   reference: tenant_id, session_id, image, mount_path, cpu_millis, memory_bytes,
  *   max_runtime_ms, created_at_ms, started_mono_ms, dir, bundle_dir, workspace_dir,
- *   container_id, cgroup_path, attached, key. A local sandbox's id never changes; an
- *   attached entry's id (its label) changes only under the lock while refs == 0, so a
- *   holder of a reference reads it unlocked.
+ *   container_id, cgroup_path, workspace_bytes, volume, volume_image, attached, key. A
+ *   local sandbox's id never changes; an attached entry's id (its label) changes only under
+ *   the lock while refs == 0, so a holder of a reference reads it unlocked.
  * - Read unlocked although written under the lock (word-sized; a stale value costs one
  *   reading): host_pid (network counters) and an attached entry's status in its
  *   housekeeping.
@@ -60,11 +61,12 @@
 
 #include "sandbox.h"
 #include "uuid.h"
+#include "volume.h"
 
 struct sb_window {
         struct sb_window *next;
         cgroup_sample start;
-        uint64_t file_read, file_written, net_rx, net_tx;
+        uint64_t disk_read, disk_written, net_rx, net_tx;
         uint64_t mem_sum, mem_n, mem_max;
         bool peak_reset; /* the kernel high-water mark was reset for this window */
 };
@@ -88,7 +90,17 @@ struct sandbox {
         bool usage_frozen;
         uint64_t mem_sum, mem_n, mem_max; /* memory samples over the sandbox's life */
         uint64_t mem_now;                 /* memory.current at the last live reading */
-        uint64_t file_read, file_written;
+        uint64_t file_read, file_written; /* the agent's file I/O: sandboxes without a volume */
+
+        /* Local mode's workspace volume (volume.h). Its disk I/O is vol_base (the totals of
+         * its earlier attachments: a re-attach after a reboot gets another loop device) plus
+         * the device's counters now minus vol_start (their values when it was attached:
+         * loop devices are reused and their counters never restart). */
+        uint64_t workspace_bytes;
+        bool volume; /* the workspace is a volume (the agent's --workspace-volumes at create) */
+        char *volume_image;
+        uint64_t vol_base_read, vol_base_written;
+        vol_counters vol_start;
 
         sb_window *windows; /* execs being measured */
         int execs;

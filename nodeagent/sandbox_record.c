@@ -23,11 +23,12 @@
 #include "usage_json.h"
 #include "util.h"
 #include "uuid.h"
+#include "volume.h"
 
 /* Builds the record under the lock (cheap); written by record_write() outside it. */
 static json_t *record_json_locked(const sandbox *sb)
 {
-        return json_pack(
+        json_t *doc = json_pack(
                 "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:s, "
                 "s:b, s:o, s:I, s:I, s:I, s:I, s:I}",
                 "id", sb->id, "tenant_id", sb->tenant_id, "session_id", sb->session_id, "image",
@@ -40,6 +41,19 @@ static json_t *record_json_locked(const sandbox *sb)
                 usage_to_json(&sb->frozen), "mem_sum", (json_int_t)sb->mem_sum, "mem_n",
                 (json_int_t)sb->mem_n, "mem_max", (json_int_t)sb->mem_max, "file_read",
                 (json_int_t)sb->file_read, "file_written", (json_int_t)sb->file_written);
+
+        if (doc &&
+            json_object_update_new(
+                    doc, json_pack("{s:I, s:b, s:I, s:I, s:I, s:I}", "workspace_bytes",
+                                   (json_int_t)sb->workspace_bytes, "volume", sb->volume,
+                                   "vol_base_read", (json_int_t)sb->vol_base_read,
+                                   "vol_base_written", (json_int_t)sb->vol_base_written,
+                                   "vol_start_read", (json_int_t)sb->vol_start.read,
+                                   "vol_start_written", (json_int_t)sb->vol_start.written)) < 0) {
+                json_decref(doc);
+                return NULL;
+        }
+        return doc;
 }
 
 /* Replaces dir/sandbox.json atomically and durably (tmp, fsync, rename, fsync dir). */
@@ -47,7 +61,7 @@ static int record_write(const char *dir, json_t *doc, cs_error **err)
 {
         _cleanup_free_ char *tmp = cs_xasprintf("%s/.sandbox.json.tmp", dir);
         _cleanup_free_ char *final = cs_xasprintf("%s/sandbox.json", dir);
-        _cleanup_free_ char *text = json_dumps(doc, JSON_INDENT(1));
+        _cleanup_free_ char *text = doc ? json_dumps(doc, JSON_INDENT(1)) : NULL;
         _cleanup_close_ int fd = -1, dfd = -1;
         size_t len = text ? strlen(text) : 0;
 
@@ -93,7 +107,8 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
         sandbox *sb;
         const char *s[6] = { 0 };
         json_int_t n[13] = { 0 };
-        int status = 0, frozen = 0;
+        json_int_t v[5] = { 0 };
+        int status = 0, frozen = 0, volume = 0;
         json_t *usage = NULL;
 
         if (!doc) {
@@ -109,6 +124,10 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
                         "delete_after_ms", &n[5], "status", &status, "status_message", &s[5],
                         "usage_frozen", &frozen, "usage", &usage, "mem_sum", &n[6], "mem_n", &n[7],
                         "mem_max", &n[8], "file_read", &n[9], "file_written", &n[10]) < 0 ||
+            /* Records older than workspace volumes have none of these: a plain directory. */
+            json_unpack(doc, "{s?I, s?b, s?I, s?I, s?I, s?I}", "workspace_bytes", &v[0], "volume",
+                        &volume, "vol_base_read", &v[1], "vol_base_written", &v[2],
+                        "vol_start_read", &v[3], "vol_start_written", &v[4]) < 0 ||
             strcmp(s[0], id) != 0 || status < SB_STARTING || status > SB_DESTROYED) {
                 json_decref(doc);
                 cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: not a valid sandbox record", path);
@@ -136,6 +155,11 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
         sb->mem_max = (uint64_t)n[8];
         sb->file_read = (uint64_t)n[9];
         sb->file_written = (uint64_t)n[10];
+        sb->workspace_bytes = (uint64_t)v[0];
+        sb->volume = volume;
+        sb->vol_base_read = (uint64_t)v[1];
+        sb->vol_base_written = (uint64_t)v[2];
+        sb->vol_start = (vol_counters){ (uint64_t)v[3], (uint64_t)v[4] };
         /* Runtime left is measured from now: the monotonic clock did not survive. */
         sb->started_mono_ms = cs_now_monotonic_ms() - (cs_now_realtime_ms() - sb->created_at_ms);
         json_decref(doc);
@@ -196,6 +220,28 @@ void sandbox_kill_leftover_execs(sb_registry *reg, sandbox *sb, bool running)
         closedir(d);
 }
 
+/* A volume the kernel no longer has mounted (a reboot, an unmount by hand) is attached and
+ * mounted again from its image, never formatted. Its loop device counts from 0 again: what
+ * the record last read becomes the base. A running container keeps its own bind mount of
+ * the workspace and never sees an unmounted volume, so this is for the restart case. */
+static void reattach_volume(sb_registry *reg, sandbox *sb)
+{
+        cs_error *err = NULL;
+
+        if (!sb->volume || vol_mounted(sb->workspace_dir))
+                return;
+        if (vol_attach(sb->volume_image, sb->workspace_dir, &sb->vol_start, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot mount the workspace volume again: %s",
+                            err->msg);
+                cs_error_free(err);
+                return;
+        }
+        sb->vol_base_read = sb->frozen.disk_read_bytes;
+        sb->vol_base_written = sb->frozen.disk_write_bytes;
+        sandbox_persist(reg, sb);
+        sandbox_log(reg, false, sb->id, "workspace volume mounted again");
+}
+
 static void reconcile_one(sb_registry *reg, sandbox *sb)
 {
         rt_state st = RT_ABSENT;
@@ -204,6 +250,7 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
 
         if (sb->status == SB_DESTROYED)
                 return;
+        reattach_volume(reg, sb);
         if (reg->rt->ops->state(reg->rt, sb->container_id, &st, &pid, &err) < 0) {
                 sandbox_log(reg, true, sb->id, "cannot query the container: %s", err->msg);
                 cs_error_freep(&err);
@@ -294,9 +341,10 @@ static int load_records(sb_registry *reg, cs_error **err)
 int sandbox_records_open(sb_registry *reg, cs_error **err)
 {
         _cleanup_free_ char *ws = cs_xasprintf("%s/workspaces", reg->state_dir);
+        _cleanup_free_ char *vols = cs_xasprintf("%s/volumes", reg->state_dir);
 
         if (sandbox_mkdir(reg->sandboxes_dir, 0700, err) < 0 || sandbox_mkdir(ws, 0700, err) < 0 ||
-            load_records(reg, err) < 0)
+            sandbox_mkdir(vols, 0700, err) < 0 || load_records(reg, err) < 0)
                 return -1;
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
                 sb_status before = sb->status;

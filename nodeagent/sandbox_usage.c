@@ -1,14 +1,22 @@
 /* What a sandbox uses: live and frozen usage (cgroup counters, network counters of its host
- * process, the agent's own file I/O), the memory samples behind averages and peaks, and the
+ * process, the workspace's disk I/O), the memory samples behind averages and peaks, and the
  * usage windows of execs (sb_window_begin/end).
  *
- * Owns the usage fields of a sandbox (frozen, usage_frozen, mem_*, file_*, windows, execs).
- * May touch: those under the registry lock; the cgroup (read, reset of the memory peak) and
- * /proc network counters, always unlocked. Never the status, the list or the runtime.
- * Locking: sandbox_internal.h. */
+ * Disk I/O has one source per sandbox (disk_totals_locked): a workspace volume's block
+ * counters since it was attached plus the totals of its earlier attachments (everything that
+ * reaches the volume: the sandbox's writes and the agent's file API alike); without a volume
+ * (--workspace-volumes=off, kube mode) the cgroup's block I/O plus the agent's own file I/O
+ * (sb_count_file_io).
+ *
+ * Owns the usage fields of a sandbox (frozen, usage_frozen, mem_*, file_*, windows, execs)
+ * and reads vol_base_* and vol_start (set when the volume is attached: sandbox.c, and
+ * sandbox_record.c's opening). May touch: those under the registry lock; the cgroup (read,
+ * reset of the memory peak), /proc network counters and the volume's block counters, always
+ * unlocked. Never the status, the list or the runtime. Locking: sandbox_internal.h. */
 #include "sandbox_internal.h"
 
 #include "util.h"
+#include "volume.h"
 
 /* Network counters of the sandbox's host process (its own network namespace). */
 static void read_net(sandbox *sb, uint64_t *rx, uint64_t *tx)
@@ -20,18 +28,54 @@ static void read_net(sandbox *sb, uint64_t *rx, uint64_t *tx)
                 cs_error_free(err);
 }
 
-/* Cgroup counters, memory samples, the agent's own file I/O; reads the sandbox's counters
+/* A reading of the volume's block counters, taken unlocked (sysfs). */
+typedef struct disk_reading {
+        bool have;
+        uint64_t read, written;
+} disk_reading;
+
+static void read_volume(sandbox *sb, disk_reading *ret)
+{
+        cs_error *err = NULL;
+
+        *ret = (disk_reading){ 0 };
+        if (!sb->volume)
+                return;
+        ret->have = vol_io_bytes(sb->workspace_dir, &ret->read, &ret->written, &err) == 0;
+        cs_error_free(err);
+}
+
+/* Under the lock: the workspace's disk I/O totals from the readings just taken (see the top
+ * of this file). A volume that cannot be read keeps the last totals. */
+static void disk_totals_locked(const sandbox *sb, const cgroup_sample *s, const disk_reading *d,
+                               uint64_t *ret_read, uint64_t *ret_written)
+{
+        if (!sb->volume) {
+                *ret_read = s->io_read_bytes + sb->file_read;
+                *ret_written = s->io_write_bytes + sb->file_written;
+        } else if (d->have && d->read >= sb->vol_start.read &&
+                   d->written >= sb->vol_start.written) {
+                *ret_read = sb->vol_base_read + d->read - sb->vol_start.read;
+                *ret_written = sb->vol_base_written + d->written - sb->vol_start.written;
+        } else {
+                *ret_read = sb->frozen.disk_read_bytes;
+                *ret_written = sb->frozen.disk_write_bytes;
+        }
+}
+
+/* Cgroup counters, memory samples, the workspace's disk I/O; reads the sandbox's counters
  * under the lock. */
 void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
 {
         cgroup_sample s = { 0 };
         cs_error *err = NULL;
         uint64_t rx, tx;
-
+        disk_reading d;
         bool have = cgroup_read(reg->cg, sb->cgroup_path, &s, &err) == 0;
 
         cs_error_free(err);
         read_net(sb, &rx, &tx);
+        read_volume(sb, &d);
         pthread_mutex_lock(&reg->lock);
         /* Frozen, or the cgroup is gone (a container lost while the agent was down): the last
          * reading is the best there is. */
@@ -45,8 +89,7 @@ void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
         ret->memory_peak_bytes =
                 s.memory_peak_bytes > sb->mem_max ? s.memory_peak_bytes : sb->mem_max;
         ret->memory_avg_bytes = sb->mem_n ? sb->mem_sum / sb->mem_n : s.memory_bytes;
-        ret->disk_read_bytes = s.io_read_bytes + sb->file_read;
-        ret->disk_write_bytes = s.io_write_bytes + sb->file_written;
+        disk_totals_locked(sb, &s, &d, &ret->disk_read_bytes, &ret->disk_write_bytes);
         /* Cumulative: a counter that cannot be read any more (the sandbox process is gone)
          * keeps its last value rather than going back to 0. */
         ret->network_ingress_bytes =
@@ -73,6 +116,8 @@ void sandbox_usage_freeze(sb_registry *reg, sandbox *sb)
 
 void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t written)
 {
+        if (sb->volume)
+                return; /* the volume's block counters see these bytes already */
         pthread_mutex_lock(&reg->lock);
         sb->file_read += read;
         sb->file_written += written;
@@ -93,6 +138,7 @@ sb_window *sb_window_begin(sb_registry *reg, sandbox *sb)
 {
         sb_window *w = cs_xcalloc(1, sizeof(*w));
         cs_error *err = NULL;
+        disk_reading d;
         uint64_t rx, tx;
         bool alone;
 
@@ -113,9 +159,9 @@ sb_window *sb_window_begin(sb_registry *reg, sandbox *sb)
                 cs_error_free(err);
         }
         read_net(sb, &rx, &tx);
+        read_volume(sb, &d);
         pthread_mutex_lock(&reg->lock);
-        w->file_read = sb->file_read;
-        w->file_written = sb->file_written;
+        disk_totals_locked(sb, &w->start, &d, &w->disk_read, &w->disk_written);
         w->net_rx = rx;
         w->net_tx = tx;
         window_sample_locked(w, w->start.memory_bytes);
@@ -136,10 +182,12 @@ void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *r
         cgroup_sample end = { 0 };
         cs_error *err = NULL;
         bool have = cgroup_read(reg->cg, sb->cgroup_path, &end, &err) == 0;
-        uint64_t rx, tx;
+        uint64_t rx, tx, disk_r, disk_w;
+        disk_reading d;
 
         cs_error_free(err);
         read_net(sb, &rx, &tx);
+        read_volume(sb, &d);
         pthread_mutex_lock(&reg->lock);
         for (sb_window **p = &sb->windows; *p; p = &(*p)->next) {
                 if (*p == w) {
@@ -152,14 +200,13 @@ void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *r
                 window_sample_locked(w, end.memory_bytes);
         else
                 end = w->start; /* the container is gone: no growth can be measured */
+        disk_totals_locked(sb, &end, &d, &disk_r, &disk_w);
         *ret = (usage_metrics){
                 .cpu_ms = delta(end.cpu_ns, w->start.cpu_ns) / 1000000,
                 .memory_peak_bytes = w->mem_max,
                 .memory_avg_bytes = w->mem_n ? w->mem_sum / w->mem_n : 0,
-                .disk_read_bytes = delta(end.io_read_bytes, w->start.io_read_bytes) +
-                                   delta(sb->file_read, w->file_read),
-                .disk_write_bytes = delta(end.io_write_bytes, w->start.io_write_bytes) +
-                                    delta(sb->file_written, w->file_written),
+                .disk_read_bytes = delta(disk_r, w->disk_read),
+                .disk_write_bytes = delta(disk_w, w->disk_written),
                 .network_ingress_bytes = delta(rx, w->net_rx),
                 .network_egress_bytes = delta(tx, w->net_tx),
         };

@@ -171,6 +171,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
                 .cpu_millis = req->cpu_millis,
                 .memory_bytes = req->memory_bytes,
                 .max_runtime_ms = pb_duration_ms(req->max_runtime),
+                .workspace_bytes = req->workspace_bytes,
         };
 
         (void)userdata;

@@ -79,10 +79,77 @@ static int loop_attach(int backing, char *ret_dev, size_t dev_len, cs_error **er
         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "volume: loop devices busy");
 }
 
-int vol_create(const char *image, uint64_t size, const char *mountpoint, cs_error **err)
+/* The block counters of device rdev (/sys/dev/block/M:m/stat, sectors x 512). */
+static int dev_io_bytes(dev_t rdev, uint64_t *ret_read, uint64_t *ret_written, cs_error **err)
 {
-        _cleanup_close_ int backing = -1, loop = -1;
+        uint64_t f[7];
+        char path[96];
+        FILE *fp;
+        int n;
+
+        snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(rdev), minor(rdev));
+        fp = fopen(path, "re");
+        if (!fp)
+                return cs_error_errno(err, errno, "volume: %s", path);
+        /* reads, merges, sectors read, ms, writes, merges, sectors written, ... */
+        n = fscanf(fp,
+                   "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+                   " %" SCNu64,
+                   &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6]);
+        fclose(fp);
+        if (n != 7)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "volume: %s unreadable", path);
+        *ret_read = f[2] * 512;
+        *ret_written = f[6] * 512;
+        return 0;
+}
+
+/* Attaches the image open at backing to a loop device and mounts it at mountpoint; the
+ * device's counters before the mount go to *ret_start. */
+static int loop_mount(int backing, const char *mountpoint, vol_counters *ret_start, cs_error **err)
+{
+        _cleanup_close_ int loop = -1;
+        vol_counters start = { 0 };
+        struct stat st;
         char dev[64];
+
+        loop = loop_attach(backing, dev, sizeof(dev), err);
+        if (loop < 0)
+                return -1;
+        /* A loop device is reused, and its counters run on from its earlier attachments. */
+        if (fstat(loop, &st) < 0 ||
+            dev_io_bytes(st.st_rdev, &start.read, &start.written, err) < 0) {
+                if (!*err)
+                        cs_error_errno(err, errno, "volume: stat %s", dev);
+                ioctl(loop, LOOP_CLR_FD, 0);
+                return -1;
+        }
+        if (mount(dev, mountpoint, "ext4", MS_NODEV | MS_NOSUID, NULL) < 0) {
+                cs_error_errno(err, errno, "volume: mount %s at %s", dev, mountpoint);
+                ioctl(loop, LOOP_CLR_FD, 0);
+                return -1;
+        }
+        /* Closing loop now leaves the mount as the device's only user: autoclear frees the
+         * device when the mount goes. */
+        if (ret_start)
+                *ret_start = start;
+        return 0;
+}
+
+int vol_attach(const char *image, const char *mountpoint, vol_counters *ret_start, cs_error **err)
+{
+        _cleanup_close_ int backing = open(image, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+
+        if (backing < 0)
+                return cs_error_errno(err, errno, "volume: open %s", image);
+        return loop_mount(backing, mountpoint, ret_start, err);
+}
+
+int vol_create(const char *image, uint64_t size, const char *mountpoint, vol_counters *ret_start,
+               cs_error **err)
+{
+        _cleanup_close_ int backing = -1;
+        _cleanup_free_ char *lost = cs_xasprintf("%s/lost+found", mountpoint);
 
         backing = open(image, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (backing < 0)
@@ -91,18 +158,11 @@ int vol_create(const char *image, uint64_t size, const char *mountpoint, cs_erro
                 cs_error_errno(err, errno, "volume: size %s", image);
                 goto fail;
         }
-        if (run_mkfs(image, err) < 0)
+        if (run_mkfs(image, err) < 0 || loop_mount(backing, mountpoint, ret_start, err) < 0)
                 goto fail;
-        loop = loop_attach(backing, dev, sizeof(dev), err);
-        if (loop < 0)
-                goto fail;
-        if (mount(dev, mountpoint, "ext4", MS_NODEV | MS_NOSUID, NULL) < 0) {
-                cs_error_errno(err, errno, "volume: mount %s at %s", dev, mountpoint);
-                ioctl(loop, LOOP_CLR_FD, 0);
-                goto fail;
-        }
-        /* Closing loop now leaves the mount as the device's only user: autoclear frees the
-         * device when the mount goes. */
+        /* The workspace starts empty, as a directory would: mkfs's lost+found is not the
+         * tenant's (e2fsck makes it again if it ever needs one). */
+        (void)rmdir(lost);
         return 0;
 fail:
         unlink(image);
@@ -119,8 +179,13 @@ bool vol_mounted(const char *mountpoint)
 
 int vol_remove(const char *image, const char *mountpoint, cs_error **err)
 {
-        if (vol_mounted(mountpoint) && umount2(mountpoint, UMOUNT_NOFOLLOW) < 0)
-                return cs_error_errno(err, errno, "volume: unmount %s", mountpoint);
+        /* Whatever is stacked there goes; a mount still busy is detached lazily (its loop
+         * device is freed once its last user lets go). */
+        for (int i = 0; i < 8 && vol_mounted(mountpoint); i++) {
+                if (umount2(mountpoint, UMOUNT_NOFOLLOW) < 0 &&
+                    (errno != EBUSY || umount2(mountpoint, UMOUNT_NOFOLLOW | MNT_DETACH) < 0))
+                        return cs_error_errno(err, errno, "volume: unmount %s", mountpoint);
+        }
         if (unlink(image) < 0 && errno != ENOENT)
                 return cs_error_errno(err, errno, "volume: remove %s", image);
         return 0;
@@ -128,28 +193,9 @@ int vol_remove(const char *image, const char *mountpoint, cs_error **err)
 
 int vol_io_bytes(const char *mountpoint, uint64_t *ret_read, uint64_t *ret_written, cs_error **err)
 {
-        uint64_t f[7];
         struct stat st;
-        char path[96];
-        FILE *fp;
-        int n;
 
         if (stat(mountpoint, &st) < 0)
                 return cs_error_errno(err, errno, "volume: stat %s", mountpoint);
-        snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
-                 minor(st.st_dev));
-        fp = fopen(path, "re");
-        if (!fp)
-                return cs_error_errno(err, errno, "volume: %s", path);
-        /* reads, merges, sectors read, ms, writes, merges, sectors written, ... */
-        n = fscanf(fp,
-                   "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
-                   " %" SCNu64,
-                   &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6]);
-        fclose(fp);
-        if (n != 7)
-                return cs_error_set(err, GRPC_STATUS_INTERNAL, "volume: %s unreadable", path);
-        *ret_read = f[2] * 512;
-        *ret_written = f[6] * 512;
-        return 0;
+        return dev_io_bytes(st.st_dev, ret_read, ret_written, err);
 }

@@ -12,6 +12,7 @@ import uuid
 import grpc
 
 from agent_client import Agent
+from mounts import unmount_under
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
 from cri import remove_cgroup  # noqa: E402
@@ -31,6 +32,8 @@ def free_port():
 
 class AgentProcess:
     """One agent: its own state dir, runsc root, cgroup parent and port."""
+
+    wrapper = []  # a command the agent runs under (e.g. unshare), or none
 
     def __init__(self, build_dir, *extra_args):
         self.build_dir = build_dir
@@ -52,7 +55,7 @@ class AgentProcess:
     def start(self):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [os.path.join(self.build_dir, "bin", "compute-nodeagent"),
+            self.wrapper + [os.path.join(self.build_dir, "bin", "compute-nodeagent"),
              "--listen", self.address, "--state-dir", os.path.join(self.state, "state"),
              "--cgroup-parent", self.cgroup_parent, "--sample-interval-ms", "200",
              "--shutdown-grace-ms", "3000", "--log-level", "debug"]
@@ -140,6 +143,9 @@ class AgentProcess:
             # too), and the agent's parent directory stays behind.
             remove_cgroup(self.cgroup_parent)
             tail = self.log()[-3000:]
+            # Workspace volumes stay mounted for their soft-delete grace: unmounting them
+            # frees their loop devices before the state goes.
+            unmount_under(self.state)
             shutil.rmtree(self.state, ignore_errors=True)
         return rc, tail
 

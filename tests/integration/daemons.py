@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import tempfile
 
+from mounts import unmount_under
+
 
 class Daemons:
     def daemons_setup(self, build_dir, prefix):
@@ -23,6 +25,7 @@ class Daemons:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        unmount_under(self.dir)  # an agent's workspace volumes (and their loop devices)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def log(self, name):
