@@ -4,8 +4,8 @@
  * sandboxes whose soft-delete grace has passed, with their workspaces.
  *
  * Owns the thread's loop and the removal. May touch: the list (unlinking, under the registry
- * lock), the runtime's state and destroy (unlocked, with a reference held), the workspace and
- * sandbox directories of removed sandboxes. Attached (kube) entries are handed to
+ * lock), the runtime's state and destroy (unlocked, with a reference held), the cgroup, workspace
+ * and sandbox directories of removed sandboxes. Attached (kube) entries are handed to
  * sandbox_attach.c. Locking: sandbox_internal.h. */
 #include "sandbox_internal.h"
 
@@ -13,6 +13,19 @@
 #include <stdio.h>
 
 #include "util.h"
+
+/* Kills what is left of a sandbox through its cgroup and removes the cgroup: for a sandbox
+ * whose runtime could not stop it, or left its cgroup behind (runsc delete removes it
+ * otherwise). A failure is logged; the removal of the sandbox tries again. */
+static void remove_cgroup(sb_registry *reg, sandbox *sb)
+{
+        cs_error *err = NULL;
+
+        if (cgroup_remove(reg->cg, sb->cgroup_path, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot remove the sandbox's cgroup: %s", err->msg);
+                cs_error_free(err);
+        }
+}
 
 /* One sandbox's periodic work: sample memory, notice a dead container, enforce max_runtime. */
 static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
@@ -51,6 +64,7 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
                 if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
                         sandbox_log(reg, true, sb->id, "cannot stop the sandbox: %s", err->msg);
                         cs_error_freep(&err);
+                        remove_cgroup(reg, sb);
                 }
                 sb_mark_failed(reg, sb, why);
         } else if (dead) {
@@ -82,6 +96,7 @@ static void remove_expired(sb_registry *reg, sandbox *sb)
         /* A FAILED sandbox may still have a stopped container to delete. */
         reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
         cs_error_free(ignored);
+        remove_cgroup(reg, sb);
         sandbox_rm_tree(sb->workspace_dir);
         sandbox_rm_tree(sb->dir);
         sandbox_log(reg, false, sb->id, "workspace removed after its grace period");
