@@ -67,10 +67,10 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
                         remove_cgroup(reg, sb);
                 }
                 sb_mark_failed(reg, sb, why);
+        } else if (dead && s.oom_kills) {
+                sb_mark_out_of_memory(reg, sb);
         } else if (dead) {
-                sb_mark_failed(reg, sb,
-                               s.oom_kills ? "the sandbox ran out of memory"
-                                           : "the sandbox's container exited");
+                sb_mark_failed(reg, sb, "the sandbox's container exited");
         }
 }
 
