@@ -3,11 +3,14 @@ Debian's python3-grpcio.
 
 Usage: test_agent.py BUILD_DIR [unittest args]"""
 import concurrent.futures
+import glob
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -423,6 +426,57 @@ class ProcessLimitTest(unittest.TestCase):
         self.assertLessEqual(max(seen), 300, seen)
         self.assertLessEqual(seen[-1], max(seen[:5]) + 32, seen)  # no growth per burst
         self.assertEqual(self.agent.status(sid).status, self.c.cpb.SANDBOX_STATUS_READY)
+
+
+class StopFailureTest(unittest.TestCase):
+    """A runsc whose kill and delete fail, as when the attack pass saw "cannot stop the
+    sandbox ... context deadline exceeded" at max_runtime: the sandbox's cgroup (and with it
+    its sentry) still goes, and the failure reaches the client without runsc's words."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="cs-stopfail-", dir="/tmp")
+        self.flag = os.path.join(self.dir, "fail")
+        wrapper = os.path.join(self.dir, "runsc")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\n"
+                    f"if [ -e {self.flag} ]; then\n"
+                    "  for a in \"$@\"; do case \"$a\" in kill|delete)\n"
+                    "    echo 'context deadline exceeded' >&2; exit 1;; esac; done\n"
+                    "fi\n"
+                    f"exec {shutil.which('runsc')} \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        self.agent = AgentProcess(BUILD_DIR, "--runsc", wrapper)
+        self.c = self.agent.client
+
+    def tearDown(self):
+        if os.path.exists(self.flag):
+            os.unlink(self.flag)
+        rc, tail = self.agent.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(rc, 0, f"agent did not exit cleanly:\n{tail}")
+
+    def cgroup_dirs(self, sid):
+        return [d for d in glob.glob(f"/sys/fs/cgroup/*{self.agent.cgroup_parent}/{sid}")
+                + glob.glob(f"/sys/fs/cgroup{self.agent.cgroup_parent}/{sid}")
+                if os.path.isdir(d)]
+
+    def test_failed_stop_leaves_no_cgroup(self):
+        sid = self.agent.new_sandbox(max_runtime={"seconds": 2})
+        self.assertTrue(self.cgroup_dirs(sid))
+        open(self.flag, "w").close()
+        sb = self.agent.wait_status(sid, self.c.cpb.SANDBOX_STATUS_FAILED, 30)
+        self.assertIn("max_runtime", sb.status_message)
+        deadline = time.monotonic() + 10
+        while self.cgroup_dirs(sid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.cgroup_dirs(sid), [])
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.c.DestroySandbox(self.c.pb.DestroySandboxRequest(ref=self.c.ref(sid)),
+                                  timeout=30)
+        for internal in RUNSC_INTERNALS + (self.dir,):
+            self.assertNotIn(internal, cm.exception.details())
+        os.unlink(self.flag)
+        self.c.DestroySandbox(self.c.pb.DestroySandboxRequest(ref=self.c.ref(sid)), timeout=30)
 
 
 class AgentLifecycleTest(unittest.TestCase):
