@@ -1,4 +1,5 @@
-/* Reading a sandbox's resource usage from cgroups (v1 or v2) and /proc.
+/* Reading a sandbox's resource usage from cgroups (v1 or v2) and /proc, and removing a
+ * sandbox's cgroup that its runtime left behind.
  *
  * Everything here parses kernel text files. The kernel is trusted to write them, but the
  * parsers still treat them as untrusted bytes: every read is bounded by a named cap, numbers
@@ -8,9 +9,11 @@
  * them, so its fields stay 0. */
 #include "cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -653,6 +656,96 @@ int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL,
                                     "short write to %s/memory.max_usage_in_bytes", mem_dir);
         return 0;
+}
+
+/* ---- removal ---------------------------------------------------------------------------- */
+
+/* Tries and pause between rmdir attempts: SIGKILLed tasks leave the cgroup asynchronously. */
+#define CGROUP_RMDIR_TRIES    50
+#define CGROUP_RMDIR_PAUSE_US (20 * 1000)
+
+/* SIGKILLs every task of the cgroup open at fd: cgroup.kill where the kernel has it (v2,
+ * >= 5.14), and each pid of cgroup.procs (v1, older kernels, and what a fork raced in). */
+static void kill_tasks(int fd, const char *dir)
+{
+        _cleanup_close_ int kfd = openat(fd, "cgroup.kill", O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_free_ char *buf = NULL;
+        cs_error *ignored = NULL;
+
+        if (kfd >= 0 && write(kfd, "1", 1) < 0) {
+                /* Best effort: the per-pid kill below still runs. */
+        }
+        if (read_file_at(fd, dir, "cgroup.procs", CGROUP_LIST_FILE_MAX, &buf, &ignored) != 0) {
+                cs_error_free(ignored);
+                return;
+        }
+        for (char *cur = buf, *line; (line = next_line(&cur));) {
+                uint64_t pid;
+                if (parse_u64_str(line, &pid) == 0 && pid > 1 && pid <= INT_MAX)
+                        kill((pid_t)pid, SIGKILL);
+        }
+}
+
+/* Kills what is left in cgroup rel of the hierarchy open at hier_fd and removes it. */
+static int remove_in(int hier_fd, const char *hier, const char *rel, cs_error **err)
+{
+        _cleanup_close_ int fd =
+                openat(hier_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        _cleanup_free_ char *dir = NULL;
+
+        if (fd < 0) {
+                if (errno == ENOENT)
+                        return 0;
+                return cs_error_errno(err, errno, "opening cgroup %s/%s", hier, rel);
+        }
+        dir = cs_xasprintf("%s/%s", hier, rel);
+        for (int i = 0; i < CGROUP_RMDIR_TRIES; i++) {
+                kill_tasks(fd, dir);
+                if (unlinkat(hier_fd, rel, AT_REMOVEDIR) == 0 || errno == ENOENT)
+                        return 0;
+                if (errno != EBUSY)
+                        break;
+                usleep(CGROUP_RMDIR_PAUSE_US);
+        }
+        return cs_error_errno(err, errno, "removing cgroup %s", dir);
+}
+
+int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
+{
+        _cleanup_close_ int root_fd = -1;
+        DIR *d;
+        const char *rel;
+        struct dirent *e;
+        int r = 0;
+
+        if (cgroup_rel_path(path, &rel, err) < 0)
+                return -1;
+        root_fd = open(fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root_fd < 0)
+                return cs_error_errno(err, errno, "opening %s", fs->root);
+        if (fs->version == CGROUP_V2)
+                return remove_in(root_fd, fs->root, rel, err);
+
+        /* v1: the cgroup may exist under every hierarchy (runsc makes it under each). Links
+         * such as cpu -> cpu,cpuacct are skipped: their target is listed too. */
+        d = fdopendir(TAKE_FD(root_fd));
+        if (!d)
+                return cs_error_errno(err, errno, "listing %s", fs->root);
+        while ((e = readdir(d))) {
+                _cleanup_close_ int hfd = -1;
+                _cleanup_free_ char *hier = NULL;
+
+                if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+                        continue;
+                hfd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                if (hfd < 0)
+                        continue;
+                hier = cs_xasprintf("%s/%s", fs->root, e->d_name);
+                if (remove_in(hfd, hier, rel, err) < 0)
+                        r = -1; /* the first error is kept; the other hierarchies still go */
+        }
+        closedir(d);
+        return r;
 }
 
 /* ---- /proc ------------------------------------------------------------------------------ */

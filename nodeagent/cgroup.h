@@ -62,6 +62,13 @@ int cgroup_read(const cgroup_fs *fs, const char *path, cgroup_sample *ret, cs_er
  * on failure (NOT_FOUND when the cgroup does not exist). */
 int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err);
 
+/* Removes the cgroup at `path` from every hierarchy (v1) or from the v2 tree, SIGKILLing the
+ * tasks still in it first (cgroup.kill, then each pid of cgroup.procs), retrying rmdir for
+ * about a second while killed tasks leave. A cgroup that does not exist is fine (0). For a
+ * sandbox whose runtime could not stop it: without this its cgroup (and its sentry) stayed
+ * after the sandbox was gone. Child cgroups are not walked: runsc makes none. */
+int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err);
+
 /* Reads rx/tx byte counters of every interface but "lo" in the network namespace of pid
  * (from /proc/<pid>/net/dev), summed. Both 0 when only loopback exists. NOT_FOUND when the
  * pid is gone. */

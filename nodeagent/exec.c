@@ -244,6 +244,7 @@ static void terminator_finish(terminator *t)
 /* --- moving output --------------------------------------------------------------------- */
 
 typedef struct pump {
+        runtime *rt;
         const exec_sink *sink;
         bool sink_ok; /* false once the client is gone: output is drained and dropped */
         uint8_t buf[EXEC_CHUNK];
@@ -259,7 +260,10 @@ static bool pump_once(pump *p, int fd, int stream)
                 return errno == EINTR || errno == EAGAIN;
         if (n == 0)
                 return false;
-        if (p->sink_ok && p->sink->write(p->sink->userdata, stream, p->buf, (size_t)n, &err) < 0) {
+        if (stream == EXEC_STDERR && p->rt->ops->strip_own_errors)
+                n = (ssize_t)p->rt->ops->strip_own_errors(p->rt, (char *)p->buf, (size_t)n);
+        if (n && p->sink_ok &&
+            p->sink->write(p->sink->userdata, stream, p->buf, (size_t)n, &err) < 0) {
                 p->sink_ok = false;
                 cs_error_free(err);
         }
@@ -426,17 +430,34 @@ static void terminator_destroy(terminator *t)
         pthread_mutex_destroy(&t->lock);
 }
 
-/* After an OOM kill: on gVisor the OOM killer usually takes the sandbox itself (its Sentry
- * holds all the memory): say so now rather than at the next status check. */
+/* How long after an OOM kill the sandbox is watched for dying, and how often. */
+#define EXEC_OOM_SETTLE_MS 3000
+#define EXEC_OOM_POLL_MS   50
+
+/* After an OOM kill: on gVisor the OOM killer takes the sandbox itself (its Sentry holds the
+ * application's memory; measured in docs/security.md), and runsc reports it stopped a moment
+ * after the exec ended: wait for that and say so now, rather than let the next command meet a
+ * stopped container as READY. */
 static void check_sandbox_after_oom(sb_registry *reg, runtime *rt, sandbox *sb)
 {
-        rt_state st = RT_RUNNING;
-        cs_error *ignored = NULL;
+        int64_t until = cs_now_monotonic_ms() + EXEC_OOM_SETTLE_MS;
 
-        if (rt->ops->state(rt, sb_container_id(sb), &st, NULL, &ignored) < 0)
-                cs_error_free(ignored);
-        else if (st != RT_RUNNING)
-                sb_mark_failed(reg, sb, "the sandbox ran out of memory");
+        for (;;) {
+                rt_state st = RT_RUNNING;
+                cs_error *ignored = NULL;
+
+                if (rt->ops->state(rt, sb_container_id(sb), &st, NULL, &ignored) < 0) {
+                        cs_error_free(ignored);
+                        return;
+                }
+                if (st != RT_RUNNING) {
+                        sb_mark_out_of_memory(reg, sb);
+                        return;
+                }
+                if (cs_now_monotonic_ms() >= until)
+                        return;
+                usleep(EXEC_OOM_POLL_MS * 1000);
+        }
 }
 
 /* Moves output until the process ends, stopping it at the deadline or on a cancel, and
@@ -453,6 +474,7 @@ static void exec_follow(sb_registry *reg, runtime *rt, sandbox *sb, const exec_s
         int status = 0;
         bool oom = false;
 
+        p->rt = rt;
         p->sink = sink;
         p->sink_ok = true;
         terminator_start(t);

@@ -86,6 +86,12 @@ typedef struct runtime_ops {
         /* The container's processes. */
         int (*processes)(runtime *rt, const char *container_id, rt_proc **ret, size_t *ret_n,
                          cs_error **err);
+        /* Optional (NULL: nothing to take out). Takes the backend's own error lines out of a
+         * chunk of an exec's stderr, in place, and returns the length left: runsc exec writes
+         * its failures to the process's stderr (`waiting on pid 5: ... urpc method
+         * "containerManager.WaitPID" failed: EOF` when an OOM kill takes the sandbox), and a
+         * client must not see the runtime's internals. */
+        size_t (*strip_own_errors)(runtime *rt, char *buf, size_t n);
         /* Kills the container and removes it; absent is fine. */
         int (*destroy)(runtime *rt, const char *container_id, cs_error **err);
         void (*free)(runtime *rt);

@@ -465,6 +465,37 @@ static int runsc_destroy(runtime *rt, const char *id, cs_error **err)
         return 0;
 }
 
+/* Whether a line of an exec's stderr is runsc exec's own failure, not the process's: the
+ * forms seen when the sandbox dies under an exec or an exec meets a stopped container. */
+static bool runsc_own_error_line(const char *line, size_t n)
+{
+        static const char *const prefixes[] = { "waiting on pid ",
+                                                "executing processes for container: " };
+
+        for (size_t i = 0; i < ARRAY_SIZE(prefixes); i++)
+                if (n >= strlen(prefixes[i]) && memcmp(line, prefixes[i], strlen(prefixes[i])) == 0)
+                        return true;
+        return memmem(line, n, "urpc method \"", 13) != NULL;
+}
+
+static size_t runsc_strip_own_errors(runtime *rt, char *buf, size_t n)
+{
+        size_t kept = 0;
+
+        (void)rt;
+        for (size_t at = 0; at < n;) {
+                char *nl = memchr(buf + at, '\n', n - at);
+                size_t len = nl ? (size_t)(nl - (buf + at)) + 1 : n - at;
+
+                if (!runsc_own_error_line(buf + at, len)) {
+                        memmove(buf + kept, buf + at, len);
+                        kept += len;
+                }
+                at += len;
+        }
+        return kept;
+}
+
 static void runsc_free(runtime *rt)
 {
         runsc *rs = RUNSC(rt);
@@ -486,6 +517,7 @@ static const runtime_ops runsc_ops = {
         .exec = runsc_exec,
         .signal = runsc_signal,
         .processes = runsc_processes,
+        .strip_own_errors = runsc_strip_own_errors,
         .destroy = runsc_destroy,
         .free = runsc_free,
 };

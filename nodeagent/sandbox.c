@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -686,6 +687,18 @@ void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why)
         sandbox_usage_freeze(reg, sb);
         sandbox_persist(reg, sb);
         sandbox_log(reg, true, sb->id, "sandbox failed: %s", why);
+}
+
+void sb_mark_out_of_memory(sb_registry *reg, sandbox *sb)
+{
+        char why[96];
+
+        if (sb->memory_bytes)
+                snprintf(why, sizeof(why), "the sandbox ran out of memory (limit %" PRIu64 " MiB)",
+                         sb->memory_bytes >> 20);
+        else
+                snprintf(why, sizeof(why), "the sandbox ran out of memory");
+        sb_mark_failed(reg, sb, why);
 }
 
 void sb_snapshot(sb_registry *reg, sandbox *sb, sb_info *ret)

@@ -167,3 +167,7 @@ void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *r
 
 /* Marks a sandbox FAILED (e.g. its container died of OOM); usage is frozen. */
 void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why);
+
+/* Marks a sandbox whose container died of the memory cgroup's OOM kill FAILED, with the one
+ * message a client sees for it ("the sandbox ran out of memory (limit N MiB)"). */
+void sb_mark_out_of_memory(sb_registry *reg, sandbox *sb);

@@ -4,9 +4,10 @@
  * sandboxes whose soft-delete grace has passed, with their workspaces.
  *
  * Owns the thread's loop and the removal. May touch: the list (unlinking, under the registry
- * lock), the runtime's state and destroy (unlocked, with a reference held), the workspace and
- * sandbox directories of removed sandboxes, their workspace volumes (vol_remove). Attached (kube)
- * entries are handed to sandbox_attach.c. Locking: sandbox_internal.h. */
+ * lock), the runtime's state and destroy (unlocked, with a reference held), the cgroup,
+ * workspace and sandbox directories of removed sandboxes, their workspace volumes
+ * (vol_remove). Attached (kube) entries are handed to sandbox_attach.c. Locking:
+ * sandbox_internal.h. */
 #include "sandbox_internal.h"
 
 #include <inttypes.h>
@@ -14,6 +15,19 @@
 
 #include "util.h"
 #include "volume.h"
+
+/* Kills what is left of a sandbox through its cgroup and removes the cgroup: for a sandbox
+ * whose runtime could not stop it, or left its cgroup behind (runsc delete removes it
+ * otherwise). A failure is logged; the removal of the sandbox tries again. */
+static void remove_cgroup(sb_registry *reg, sandbox *sb)
+{
+        cs_error *err = NULL;
+
+        if (cgroup_remove(reg->cg, sb->cgroup_path, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot remove the sandbox's cgroup: %s", err->msg);
+                cs_error_free(err);
+        }
+}
 
 /* One sandbox's periodic work: sample memory, notice a dead container, enforce max_runtime. */
 static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
@@ -52,12 +66,13 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
                 if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
                         sandbox_log(reg, true, sb->id, "cannot stop the sandbox: %s", err->msg);
                         cs_error_freep(&err);
+                        remove_cgroup(reg, sb);
                 }
                 sb_mark_failed(reg, sb, why);
+        } else if (dead && s.oom_kills) {
+                sb_mark_out_of_memory(reg, sb);
         } else if (dead) {
-                sb_mark_failed(reg, sb,
-                               s.oom_kills ? "the sandbox ran out of memory"
-                                           : "the sandbox's container exited");
+                sb_mark_failed(reg, sb, "the sandbox's container exited");
         }
 }
 
@@ -83,6 +98,7 @@ static void remove_expired(sb_registry *reg, sandbox *sb)
         /* A FAILED sandbox may still have a stopped container to delete. */
         reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
         cs_error_freep(&ignored);
+        remove_cgroup(reg, sb);
         /* The volume's mount and image go first: the tree removal never enters a mount. */
         if (sb->volume && vol_remove(sb->volume_image, sb->workspace_dir, &ignored) < 0) {
                 sandbox_log(reg, true, sb->id, "cannot remove the workspace volume: %s",

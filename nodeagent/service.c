@@ -526,15 +526,49 @@ static const char *const builtin_host_dirs[] = { "/sys/fs/cgroup",   "/proc",
                                                  "/run/containerd",  "/var/lib/kubelet",
                                                  "/var/lib/compute", NULL };
 
-/* An error built deep in the agent (a bundle, a pid file, a cgroup directory) must not tell a
- * tenant how the node is laid out: host paths in it become CS_HIDDEN_PATH. The full message is
- * logged here, once, for the operator. */
+/* Words of the runtime's own errors (runsc's stderr, its RPCs to the sentry and gofer). */
+static const char *const runtime_internals[] = { "runsc", "urpc", "containerManager", "gofer",
+                                                 NULL };
+
+/* A message that quotes the runtime keeps what the agent said before the quote and says "the
+ * sandbox runtime failed" instead: "cannot destroy sandbox X: /usr/bin/runsc: … urpc …"
+ * becomes "cannot destroy sandbox X: the sandbox runtime failed". NULL when none is quoted. */
+static char *hide_runtime_internals(const char *msg)
+{
+        const char *first = NULL, *cut = NULL;
+
+        for (const char *const *w = runtime_internals; *w; w++) {
+                const char *at = strstr(msg, *w);
+                if (at && (!first || at < first))
+                        first = at;
+        }
+        if (!first)
+                return NULL;
+        for (const char *p = msg; (p = strstr(p, ": ")) && p < first; p += 2)
+                cut = p;
+        if (!cut)
+                return cs_xstrdup("the sandbox runtime failed");
+        return cs_xasprintf("%.*s: the sandbox runtime failed", (int)(cut - msg), msg);
+}
+
+/* An error built deep in the agent (a bundle, a pid file, a cgroup directory, runsc's stderr)
+ * must not tell a tenant how the node is laid out or what the runtime said inside: the
+ * runtime's words are cut (hide_runtime_internals), host paths become CS_HIDDEN_PATH. The full
+ * message is logged here, once, for the operator. */
 static int hide_host_paths(rpc_call *call, int r, cs_error **err)
 {
         char *hidden = NULL;
 
         if (r >= 0 || !err || !*err || !(*err)->msg)
                 return r;
+        hidden = hide_runtime_internals((*err)->msg);
+        if (hidden) {
+                rpc_call_log(call, CS_LOG_INFO, "runtime error hidden from the client: %s",
+                             (*err)->msg);
+                free((*err)->msg);
+                (*err)->msg = hidden;
+                hidden = NULL;
+        }
         if (svc.host_dirs)
                 hidden = cs_paths_hide((*err)->msg, svc.host_dirs);
         if (hidden) {

@@ -46,6 +46,7 @@ struct fake_runtime {
         int exec_fail_code;
         char exec_fail_msg[128];
         bool fail_queries;
+        bool fail_destroy;
         size_t state_queries;
         void (*on_exec)(void *userdata, const rt_exec_spec *spec, pid_t pid);
         void *on_exec_userdata;
@@ -362,7 +363,15 @@ static int fake_destroy(runtime *rt, const char *id, cs_error **err)
         size_t n = 0;
         cs_error *ignored = NULL;
 
-        (void)err;
+        pthread_mutex_lock(&f->lock);
+        if (f->fail_destroy) {
+                log_locked(f, id, 0);
+                pthread_mutex_unlock(&f->lock);
+                /* What runsc said when a max_runtime stop failed (the attack pass). */
+                return cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                    "fake: context deadline exceeded");
+        }
+        pthread_mutex_unlock(&f->lock);
         if (container_processes(f, id, &procs, &n, &ignored) < 0)
                 cs_error_free(ignored); /* absent: nothing to kill */
         for (size_t i = 0; i < n; i++)
@@ -471,6 +480,13 @@ void fake_runtime_fail_exec(fake_runtime *f, int code, const char *msg)
         pthread_mutex_lock(&f->lock);
         f->exec_fail_code = code;
         snprintf(f->exec_fail_msg, sizeof(f->exec_fail_msg), "%s", msg ? msg : "");
+        pthread_mutex_unlock(&f->lock);
+}
+
+void fake_runtime_fail_destroy(fake_runtime *f, bool fail)
+{
+        pthread_mutex_lock(&f->lock);
+        f->fail_destroy = fail;
         pthread_mutex_unlock(&f->lock);
 }
 

@@ -44,6 +44,8 @@ void fake_runtime_add_process(fake_runtime *f, const char *id, pid_t pid);
  * UNAVAILABLE while set. */
 void fake_runtime_fail_exec(fake_runtime *f, int code, const char *msg);
 void fake_runtime_fail_queries(fake_runtime *f, bool fail);
+/* Destroy fails (DEADLINE_EXCEEDED, the container left running, still logged as a destroy). */
+void fake_runtime_fail_destroy(fake_runtime *f, bool fail);
 /* Called at the end of every successful exec, with its spec and host pid (NULL: none). */
 void fake_runtime_on_exec(fake_runtime *f,
                           void (*fn)(void *userdata, const rt_exec_spec *spec, pid_t pid),

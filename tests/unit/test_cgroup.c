@@ -939,6 +939,56 @@ static void __attribute__((noreturn)) child_work(int release_fd)
         _exit(0);
 }
 
+/* cgroup_remove on the real hierarchy: a process left in the sandbox's cgroups (as a sentry
+ * whose stop failed) is killed and the cgroups are gone from every hierarchy; again is fine. */
+static void test_real_v1_remove(void **state)
+{
+        real_cgroup *rc = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char path[80];
+        int status;
+
+        if (geteuid() != 0) {
+                if (getenv("CI"))
+                        fail_msg("this test needs root");
+                skip();
+        }
+        if (cgroup_fs_detect("/sys/fs/cgroup", &fs, &err) < 0 || fs.version != CGROUP_V1) {
+                cs_error_freep(&err);
+                cgroup_fs_free(&fs);
+                skip();
+        }
+        if (mkdir(rc->cpuacct, 0755) < 0)
+                fail_msg("mkdir %s: %s", rc->cpuacct, strerror(errno));
+        rc->made_cpuacct = true;
+        if (mkdir(rc->memory, 0755) < 0)
+                fail_msg("mkdir %s: %s", rc->memory, strerror(errno));
+        rc->made_memory = true;
+        rc->child = fork();
+        assert_true(rc->child >= 0);
+        if (rc->child == 0) {
+                for (;;)
+                        pause();
+        }
+        write_pid(rc->cpuacct, rc->child);
+        write_pid(rc->memory, rc->child);
+
+        snprintf(path, sizeof(path), "/%s", rc->name);
+        if (cgroup_remove(&fs, path, &err) < 0)
+                fail_msg("cgroup_remove: %s", err->msg);
+        assert_int_equal(waitpid(rc->child, &status, 0), rc->child);
+        rc->child = -1;
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        assert_int_equal(access(rc->cpuacct, F_OK), -1);
+        assert_int_equal(access(rc->memory, F_OK), -1);
+        rc->made_cpuacct = rc->made_memory = false;
+        assert_int_equal(cgroup_remove(&fs, path, &err), 0);
+        assert_int_equal(cgroup_remove(&fs, "/", &err), -1); /* never the root */
+        cs_error_freep(&err);
+        cgroup_fs_free(&fs);
+}
+
 static void test_real_v1_cgroup(void **state)
 {
         real_cgroup *rc = *state;
@@ -1031,6 +1081,7 @@ int main(void)
                 cmocka_unit_test(test_proc_real_self),
                 cmocka_unit_test_setup_teardown(test_no_fd_leaks, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_real_v1_cgroup, setup_real, teardown_real),
+                cmocka_unit_test_setup_teardown(test_real_v1_remove, setup_real, teardown_real),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

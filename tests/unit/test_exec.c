@@ -750,7 +750,7 @@ static void test_oom_kill(void **state)
         assert_int_equal(x.res.exit_code, 128 + SIGKILL);
         assert_int_equal(sb_describe(f->reg, SB_UUID, &info, &err), 0);
         assert_int_equal(info.status, SB_FAILED);
-        assert_string_equal(info.status_message, "the sandbox ran out of memory");
+        assert_string_equal(info.status_message, "the sandbox ran out of memory (limit 1024 MiB)");
         sb_info_clear(&info);
         collector_clear(&c);
 }

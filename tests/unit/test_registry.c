@@ -64,19 +64,25 @@ static void make_cgroup(fixture *f, const char *id, unsigned long long usage_use
         testfs_put(stat, text);
 }
 
-static void open_registry(fixture *f)
+/* sample_interval_ms: the housekeeping tick (an hour: none during the test). */
+static void open_registry_ticking(fixture *f, int64_t sample_interval_ms)
 {
         cs_error *err = NULL;
         sb_config cfg = { .state_dir = f->state_dir,
                           .images_dir = f->images_dir,
                           .cgroup_parent = "/compute",
                           .grace_ms = 3600 * 1000,
-                          .sample_interval_ms = 3600 * 1000, /* no housekeeping meanwhile */
+                          .sample_interval_ms = sample_interval_ms,
                           .start_timeout_ms = 10000,
                           .max_sandboxes = 8 };
 
         if (sb_registry_open(&cfg, fake_runtime_rt(f->fake), &f->cg, log_hook, &f->reg, &err) < 0)
                 fail_msg("sb_registry_open: %s", err->msg);
+}
+
+static void open_registry(fixture *f)
+{
+        open_registry_ticking(f, 3600 * 1000);
 }
 
 static int setup(void **state)
@@ -344,11 +350,69 @@ static void test_reopen_skips_bad_record(void **state)
         cs_error_freep(&err);
 }
 
+/* Whether the sandbox's cgroup directory in the fake tree is gone, waiting up to 5 s. */
+static bool cgroup_gone(fixture *f, const char *id)
+{
+        _cleanup_free_ char *dir = cs_xasprintf("%s/compute/%s", f->cg_dir, id);
+
+        for (int i = 0; i < 500; i++) {
+                if (access(dir, F_OK) < 0)
+                        return true;
+                usleep(10 * 1000);
+        }
+        return false;
+}
+
+/* A max_runtime stop that fails (runsc: "context deadline exceeded") still removes the
+ * sandbox's cgroup (its tasks killed through it), and the removal of a destroyed sandbox
+ * removes a cgroup its runtime left behind: the attack pass found them leaked for good. */
+static void test_failed_stop_removes_cgroup(void **state)
+{
+        fixture *f = *state;
+        _cleanup_free_ char *dir = cs_xasprintf("%s/compute/%s", f->cg_dir, ID_RUNNING);
+        sb_spec spec = { .id = ID_RUNNING,
+                         .tenant_id = "t",
+                         .session_id = "s",
+                         .image = "test",
+                         .max_runtime_ms = 1000 };
+        sb_info info = { 0 };
+        cs_error *err = NULL;
+        sandbox *sb;
+        bool created;
+
+        open_registry_ticking(f, 20);
+        if (sb_create(f->reg, &spec, &info, &created, &err) < 0)
+                fail_msg("sb_create: %s", err->msg);
+        sb_info_clear(&info);
+        if (sb_acquire(f->reg, ID_RUNNING, true, 5000, -1, &sb, &err) < 0)
+                fail_msg("sb_acquire: %s", err->msg);
+        sb_release(f->reg, sb);
+        /* Empty, as a real cgroup's directory is to rmdir (its files are the kernel's). */
+        testfs_mkdir(dir);
+        fake_runtime_fail_destroy(f->fake, true);
+
+        assert_true(cgroup_gone(f, ID_RUNNING));
+        describe(f, ID_RUNNING, &info);
+        assert_int_equal(info.status, SB_FAILED);
+        assert_non_null(strstr(info.status_message, "max_runtime"));
+        sb_info_clear(&info);
+        assert_true(fake_runtime_destroys(f->fake, "cs-" ID_RUNNING) >= 1);
+
+        /* The runtime stops it at last but leaves the cgroup: the removal takes it. */
+        fake_runtime_fail_destroy(f->fake, false);
+        testfs_mkdir(dir);
+        if (sb_destroy(f->reg, ID_RUNNING, 0, &info, &err) < 0)
+                fail_msg("sb_destroy: %s", err->msg);
+        sb_info_clear(&info);
+        assert_true(cgroup_gone(f, ID_RUNNING));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_restart_reconciliation, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reopen_skips_bad_record, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_failed_stop_removes_cgroup, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -181,11 +181,31 @@ static void test_runsc_absent_by_list(void **state)
         cs_error_freep(&err);
 }
 
+/* runsc exec's own failures on the process's stderr are taken out; the process's lines,
+ * and a last line without a newline, stay. */
+static void test_runsc_strips_own_errors(void **state)
+{
+        runsc_fixture *f = *state;
+        char buf[] = "mine 1\n"
+                     "waiting on pid 5: waiting on PID 5 in sandbox \"cs-x\": urpc method "
+                     "\"containerManager.WaitPID\" failed: EOF\n"
+                     "mine 2\n"
+                     "executing processes for container: cannot execute in container \"cs-x\" "
+                     "in state stopped\n"
+                     "mine 3";
+        size_t n = f->rt->ops->strip_own_errors(f->rt, buf, strlen(buf));
+
+        assert_int_equal(n, strlen("mine 1\nmine 2\nmine 3"));
+        assert_memory_equal(buf, "mine 1\nmine 2\nmine 3", n);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_descendants),
                 cmocka_unit_test(test_descendants_bad_table),
+                cmocka_unit_test_setup_teardown(test_runsc_strips_own_errors, setup_runsc,
+                                                teardown_runsc),
                 cmocka_unit_test_setup_teardown(test_runsc_absent_by_list, setup_runsc,
                                                 teardown_runsc),
         };
