@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+/* One group a comment, as many names a line as fit. */
+/* clang-format off */
 const char *const frontend_seccomp_allow[] = {
         /* memory */
         "brk", "madvise", "mmap", "mprotect", "munmap",
@@ -20,21 +22,23 @@ const char *const frontend_seccomp_allow[] = {
         /* pipes, polling, events */
         "epoll_create1", "epoll_ctl", "epoll_wait", "eventfd2", "poll",
         /* sockets */
-        "accept4", "bind", "connect", "getsockname", "getsockopt", "listen", "recvmsg", "sendmsg",
-        "setsockopt", "shutdown", "socket",
+        "accept4", "bind", "connect", "getpeername", "getsockname", "getsockopt", "listen",
+        "recvfrom", "recvmsg", "sendmsg", "sendto", "setsockopt", "shutdown", "socket",
+        "socketpair",
         /* processes and identity */
         "arch_prctl", "geteuid", "getpid", "getrandom", "getresuid", "prctl", "prlimit64",
-        "setgroups", "setresgid", "setresuid", "uname",
+        "setgroups", "setresgid", "setresuid", "sysinfo", "uname",
 #if defined(__SANITIZE_ADDRESS__)
         /* The ASan build only: AddressSanitizer's and LeakSanitizer's runtime. */
         "clone", /* LeakSanitizer's tracer thread */
         "gettid", "sched_getaffinity",
-        "restart_syscall", "sigaltstack",
+        "kill", "restart_syscall", "sigaltstack",
         "clock_gettime",
-        "open", "readlink", "writev",
+        "getdents", "getdents64", "open", "readlink", "writev",
         "getppid",
         "wait4", /* LeakSanitizer's tracer */
         "ptrace", /* LeakSanitizer stops the threads to scan them */
 #endif
         NULL,
 };
+/* clang-format on */

@@ -75,7 +75,7 @@ typedef struct cs_daemon_config {
                 "seccomp", "COMPUTE_SECCOMP", CS_OPT_STRING, "on",                                 \
                         "on: once started, only the syscalls of the program's allowlist "          \
                         "(docs/security.md); others fail with EPERM and are logged. off: no "      \
-                        "filter; log: others are allowed and logged in the kernel log (both "     \
+                        "filter; log: others are allowed and logged in the kernel log (both "      \
                         "for debugging only).",                                                    \
                         &(cfg).seccomp, 0, 0                                                       \
         }
