@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "health.h"
 #include "scheduler.h"
+#include "seccomp_filter.h"
 #include "service.h"
 #include "signals.h"
 #include "util.h"
@@ -145,12 +146,17 @@ static int check_choices(cs_error **err)
         return 0;
 }
 
-/* --mode gc: one pass. */
+/* --mode gc: one pass, under the frontend's syscall allowlist from the start (it reads the
+ * kubeconfig and starts libcurl inside the pass: the table has what they need). */
 static int run_gc(cs_error **err)
 {
         kube_config kc = kube_cfg();
         unsigned deleted = 0;
-        int r = kube_gc_run(&kc, cs_now_realtime_ms(), &deleted, err);
+        int r;
+
+        if (cs_daemon_seccomp_install(program.name, err) < 0)
+                return -1;
+        r = kube_gc_run(&kc, cs_now_realtime_ms(), &deleted, err);
 
         log_info("%s: gc pass %s: %u workspace PVCs deleted", program.name,
                  r < 0 ? "incomplete" : "done", deleted);
@@ -211,6 +217,8 @@ int main(int argc, char **argv)
                 r = cs_daemon_setup_logging(&cfg, &err);
         if (r == 0)
                 r = check_choices(&err);
+        if (r == 0)
+                r = cs_daemon_set_seccomp(&cfg, frontend_seccomp_allow, &err);
         if (r == 0 && strcmp(mode, "gc") != 0)
                 r = cs_daemon_setup_agent_tls(&agent_tls, &err); /* bad files: exit 2 too */
         if (r != 0) {

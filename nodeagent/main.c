@@ -26,6 +26,7 @@
 #include "proc.h"
 #include "runtime.h"
 #include "sandbox.h"
+#include "seccomp_filter.h"
 #include "service.h"
 #include "source.h"
 #include "signals.h"
@@ -357,6 +358,8 @@ int main(int argc, char **argv)
                 r = cs_daemon_setup_logging(&cfg, &err);
         if (r == 0)
                 r = cs_daemon_check_server_tls(&cfg, &err);
+        if (r == 0)
+                r = cs_daemon_set_seccomp(&cfg, agent_seccomp_allow, &err);
         if (r == 0 && cs_daemon_set_listen_group(listen_group, &err) < 0)
                 r = -1;
         if (r != 0) {

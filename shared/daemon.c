@@ -14,6 +14,7 @@
 #include "log.h"
 #include "metrics_http.h"
 #include "privs.h"
+#include "seccomp_filter.h"
 #include "signals.h"
 #include "util.h"
 
@@ -431,6 +432,47 @@ static char *metrics_token_read(const char *path, cs_error **err)
         return TAKE_PTR(buf);
 }
 
+/* The table cs_daemon_serve() installs; NULL: --seccomp=off. */
+static const char *const *seccomp_allow;
+static bool seccomp_log_only; /* --seccomp=log */
+
+int cs_daemon_set_seccomp(const cs_daemon_config *cfg, const char *const *allow, cs_error **err)
+{
+        seccomp_allow = NULL;
+        if (strcmp(cfg->seccomp, "off") == 0)
+                return 0;
+        seccomp_log_only = strcmp(cfg->seccomp, "log") == 0;
+        if (strcmp(cfg->seccomp, "on") != 0 && !seccomp_log_only)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--seccomp must be on, off or log, not '%s'", cfg->seccomp);
+        seccomp_allow = allow;
+        return 0;
+}
+
+int cs_daemon_seccomp_install(const char *name, cs_error **err)
+{
+        size_t n = 0;
+
+        if (!seccomp_allow) {
+                log_warn("%s: --seccomp=off: no syscall filter (debugging only)", name);
+                return 0;
+        }
+        while (seccomp_allow[n])
+                n++;
+        if (seccomp_log_only) {
+                if (cs_seccomp_install_logging(name, seccomp_allow, err) < 0)
+                        return -1;
+                log_warn("%s: --seccomp=log: %zu syscalls listed, others allowed and logged "
+                         "in the kernel log (debugging only)",
+                         name, n);
+                return 0;
+        }
+        if (cs_seccomp_install(name, seccomp_allow, err) < 0)
+                return -1;
+        log_info("%s: seccomp filter on: %zu syscalls allowed, others fail with EPERM", name, n);
+        return 0;
+}
+
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
         cs_metrics_server *ms = NULL;
@@ -461,6 +503,9 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
         }
         if (r == 0 && serve_user[0])
                 r = drop_privileges(err);
+        /* Last: gRPC's threads exist (TSYNC reaches them), the files are open. */
+        if (r == 0)
+                r = cs_daemon_seccomp_install(name, err);
         if (r < 0) {
                 cs_metrics_server_stop(ms);
                 rpc_server_free(srv);

@@ -20,6 +20,7 @@ typedef struct cs_daemon_config {
          * holding the bearer token a scrape must present (empty: none). */
         char *metrics_listen;
         char *metrics_token_file;
+        char *seccomp; /* "on", or "off" or "log" (debugging only): the syscall allowlist */
 } cs_daemon_config;
 
 /* The metrics endpoint's options (each daemon names its own environment variables). */
@@ -87,10 +88,21 @@ typedef struct cs_daemon_config {
                   &(cfg).log_level,                                                                \
                   0,                                                                               \
                   0 },                                                                             \
+                { "log-format",                                                                    \
+                  "COMPUTE_LOG_FORMAT",                                                            \
+                  CS_OPT_STRING,                                                                   \
+                  "text",                                                                          \
+                  "Log line format on stderr: text, or json (one JSON object per line).",          \
+                  &(cfg).log_format,                                                               \
+                  0,                                                                               \
+                  0 },                                                                             \
         {                                                                                          \
-                "log-format", "COMPUTE_LOG_FORMAT", CS_OPT_STRING, "text",                         \
-                        "Log line format on stderr: text, or json (one JSON object per line).",    \
-                        &(cfg).log_format, 0, 0                                                    \
+                "seccomp", "COMPUTE_SECCOMP", CS_OPT_STRING, "on",                                 \
+                        "on: once started, only the syscalls of the program's allowlist "          \
+                        "(docs/security.md); others fail with EPERM and are logged. off: no "      \
+                        "filter; log: others are allowed and logged in the kernel log (both "      \
+                        "for debugging only).",                                                    \
+                        &(cfg).seccomp, 0, 0                                                       \
         }
 
 /* Mutual TLS on the server's port, as cs_option initialisers: a program that serves the
@@ -201,6 +213,16 @@ typedef void (*cs_daemon_metrics_fn)(struct cs_mpage *page, void *userdata);
  * the moment its gRPC server listens until it stops, with fn (NULL: the common metrics only)
  * adding the program's. Call before cs_daemon_serve(). */
 void cs_daemon_set_metrics(const cs_daemon_config *cfg, cs_daemon_metrics_fn fn, void *userdata);
+/* Checks --seccomp (on, off or log; INVALID_ARGUMENT otherwise) and, unless off, has
+ * cs_daemon_serve() install `allow` (a NULL-terminated table of syscall names, borrowed for
+ * the life of the process) on every thread once the server listens and the user is dropped.
+ * Call at startup with the other option checks. */
+int cs_daemon_set_seccomp(const cs_daemon_config *cfg, const char *const *allow, cs_error **err);
+
+/* Installs the table of cs_daemon_set_seccomp() now, when --seccomp is on (the programs that
+ * do not serve, e.g. the frontend's --mode gc, call it once their libraries have started).
+ * Logs that it did. 0, or -1 with *err. */
+int cs_daemon_seccomp_install(const char *name, cs_error **err);
 
 /* Starts srv, logs where it listens, serves until SIGINT or SIGTERM, then shuts down
  * gracefully and frees it. Returns 0, or -1 with *err when the server cannot start. */

@@ -3,7 +3,8 @@ bounding, permitted and effective sets are exactly those (inheritable and ambien
 every thread (and so in whatever it starts in the host's user namespace), and a sandbox's
 whole life (create, exec, file I/O, files of another uid in a 0700 directory of it, usage,
 agent restart, destroy, workspace removal) works with them.
---capabilities all keeps what the agent was given; an unknown name stops the start.
+--capabilities all keeps what the agent was given; an unknown name stops the start. Every
+thread runs under the seccomp allowlist (Seccomp: 2).
 
 Usage: test_agent_caps.py BUILD_DIR"""
 import os
@@ -39,6 +40,9 @@ class AgentCapabilitiesTest(unittest.TestCase):
                 self.assertEqual(caps(st), {"CapInh": 0, "CapPrm": KEPT_MASK,
                                             "CapEff": KEPT_MASK, "CapBnd": KEPT_MASK,
                                             "CapAmb": 0}, f"thread {tid}")
+                # The syscall allowlist (docs/security.md, "Seccomp") is on every thread.
+                self.assertEqual(st["Seccomp"].strip(), "2", f"thread {tid}")
+            self.assertIn("seccomp filter on", a.log())
             c = a.client
             sid = a.new_sandbox()
             out, _, done, _ = c.exec(sid, "sh", "-c", "echo hi > x && cat x")

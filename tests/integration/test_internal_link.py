@@ -199,7 +199,10 @@ class InternalLinkTest(Daemons, unittest.TestCase):
             self.assertEqual(int(t["CapPrm"], 16), 0, tid)
             self.assertEqual(int(t["CapBnd"], 16), 0, tid)
             self.assertEqual(t["NoNewPrivs"].strip(), "1", tid)
+            # The syscall allowlist (docs/security.md, "Seccomp") is on every thread.
+            self.assertEqual(t["Seccomp"].strip(), "2", tid)
         self.assertIn("running as nobody", self.log("frontend.log"))
+        self.assertIn("seccomp filter on", self.log("frontend.log"))
         # It still reaches the agent, also after the agent restarted.
         agent.send_signal(signal.SIGKILL)
         agent.wait()
