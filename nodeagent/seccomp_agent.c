@@ -41,6 +41,7 @@ const char *const agent_seccomp_allow[] = {
         /* sockets */
         "accept4", "bind", "connect", "getpeername", "getsockname", "getsockopt", "listen",
         "recvmsg", "sendmsg", "setsockopt", "shutdown", "socket", "socketpair",
+        "recvfrom", "sendto", /* the /metrics endpoint (libmicrohttpd's recv and send) */
         /* processes and identity */
         "arch_prctl", "capget",
         "capset", /* runsc drops its capabilities */
@@ -53,6 +54,8 @@ const char *const agent_seccomp_allow[] = {
         "setuid", /* runsc (gofer, sandbox) */
         "uname", "wait4", "waitid",
         /* the rest */
+        "ioctl", /* workspace volumes: the loop devices (LOOP_CTL_GET_FREE, LOOP_CONFIGURE,
+                  * LOOP_CLR_FD in volume.c) and mkfs.ext4 (BLKGETSIZE64, BLKSSZGET, TCGETS) */
         "mount", /* runsc (the sandbox's chroot); the agent: workspace volumes (volume.c) */
         "preadv2",
         "ptrace", /* runsc, systrap platform (attaches its stub processes) */
