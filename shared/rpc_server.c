@@ -917,73 +917,66 @@ static const char *rpc_code_name(grpc_status_code code)
         return (unsigned)code < ARRAY_SIZE(names) ? names[code] : "Unknown";
 }
 
-/* "/package.Service/Method" split into its service and method labels. */
-static void method_labels(const char *path, char *service, char *method, size_t len)
-{
-        const char *slash = strrchr(path, '/');
+/* The labels of a method's series: grpc_service and grpc_method ("/package.Service/Method"
+ * split), grpc_type, and grpc_code when the caller sets code[0]. */
+typedef struct method_labels {
+        char service[128], method[128], code[32];
+        const char *v[9];
+} method_labels;
 
-        snprintf(service, len, "%.*s", slash ? (int)(slash - path - 1) : 0, path + 1);
-        snprintf(method, len, "%s", slash ? slash + 1 : path);
+static const char *const *labels_of(const srv_method *sm, method_labels *l, bool with_code)
+{
+        const char *path = sm->m->path, *slash = strrchr(path, '/');
+
+        snprintf(l->service, sizeof(l->service), "%.*s", slash ? (int)(slash - path - 1) : 0,
+                 path + 1);
+        snprintf(l->method, sizeof(l->method), "%s", slash ? slash + 1 : path);
+        l->v[0] = "grpc_service";
+        l->v[1] = l->service;
+        l->v[2] = "grpc_method";
+        l->v[3] = l->method;
+        l->v[4] = "grpc_type";
+        l->v[5] = sm->m->unary ? "unary" : "server_stream";
+        l->v[6] = with_code ? "grpc_code" : NULL;
+        l->v[7] = l->code;
+        l->v[8] = NULL;
+        return l->v;
 }
 
 void rpc_server_metrics(rpc_server *srv, cs_mpage *p)
 {
-        char service[128], method[128], code[32];
+        method_labels l;
 
         cs_mpage_family(p, "grpc_server_started_total", "counter",
                         "Total number of RPCs started on the server.");
-        for (size_t i = 0; i < srv->n_methods; i++) {
-                srv_method *sm = &srv->methods[i];
-                const char *labels[] = { "grpc_service",
-                                         service,
-                                         "grpc_method",
-                                         method,
-                                         "grpc_type",
-                                         sm->m->unary ? "unary" : "server_stream",
-                                         NULL };
-
-                method_labels(sm->m->path, service, method, sizeof(service));
-                cs_mpage_sample_u64(p, "grpc_server_started_total", labels,
-                                    atomic_load_explicit(&sm->started, memory_order_relaxed));
-        }
+        for (size_t i = 0; i < srv->n_methods; i++)
+                cs_mpage_sample_u64(
+                        p, "grpc_server_started_total", labels_of(&srv->methods[i], &l, false),
+                        atomic_load_explicit(&srv->methods[i].started, memory_order_relaxed));
         cs_mpage_family(p, "grpc_server_handled_total", "counter",
                         "Total number of RPCs completed on the server, regardless of success "
                         "or failure.");
         for (size_t i = 0; i < srv->n_methods; i++) {
                 srv_method *sm = &srv->methods[i];
-                const char *labels[] = {
-                        "grpc_service", service,     "grpc_method",
-                        method,         "grpc_type", sm->m->unary ? "unary" : "server_stream",
-                        "grpc_code",    code,        NULL
-                };
+                const char *const *labels = labels_of(sm, &l, true);
 
-                method_labels(sm->m->path, service, method, sizeof(service));
                 /* Every method has its OK series; other codes once they happened. */
                 for (unsigned k = 0; k < ARRAY_SIZE(sm->handled); k++) {
                         uint64_t n = atomic_load_explicit(&sm->handled[k], memory_order_relaxed);
 
                         if (n == 0 && k != GRPC_STATUS_OK)
                                 continue;
-                        snprintf(code, sizeof(code), "%s", rpc_code_name((grpc_status_code)k));
+                        snprintf(l.code, sizeof(l.code), "%s", rpc_code_name((grpc_status_code)k));
                         cs_mpage_sample_u64(p, "grpc_server_handled_total", labels, n);
                 }
         }
         cs_mpage_family(p, "grpc_server_handling_seconds", "histogram",
                         "Histogram of response latency (seconds) of gRPC that had been "
                         "application-level handled by the server.");
-        for (size_t i = 0; i < srv->n_methods; i++) {
-                srv_method *sm = &srv->methods[i];
-                const char *labels[] = { "grpc_service",
-                                         service,
-                                         "grpc_method",
-                                         method,
-                                         "grpc_type",
-                                         sm->m->unary ? "unary" : "server_stream",
-                                         NULL };
-
-                method_labels(sm->m->path, service, method, sizeof(service));
-                cs_mpage_histogram(p, "grpc_server_handling_seconds", labels, &sm->seconds);
-        }
+        for (size_t i = 0; i < srv->n_methods; i++)
+                cs_mpage_histogram(p, "grpc_server_handling_seconds",
+                                   labels_of(&srv->methods[i], &l, false),
+                                   &srv->methods[i].seconds);
 }
 
 bool rpc_server_tls(const rpc_server *srv)

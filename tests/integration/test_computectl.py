@@ -349,6 +349,8 @@ class ComputectlTest(unittest.TestCase):
 
 
 def main():
+    """Runs the tests of __main__ (this file's, or those of a file that borrows its fixtures
+    and calls this), then the cleanups, also on SIGTERM."""
     def on_term(signum, frame):
         raise SystemExit(128 + signum)
 

@@ -40,7 +40,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 from agent_fixture import AgentProcess, remove_cgroup  # noqa: E402
 from mounts import mounts_under  # noqa: E402
 from compute_client import Compute  # noqa: E402
-import testmain  # noqa: E402
 import test_computectl as ctl  # noqa: E402 (its FrontendProcess and cleanup list)
 
 BUILD_DIR = ctl.BUILD_DIR
@@ -328,16 +327,5 @@ class NoLoopDevicesTest(unittest.TestCase):
             raise
 
 
-def main():
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        testmain.main([sys.argv[0]] + sys.argv[2:])
-    finally:
-        ctl.run_cleanups()
-
-
 if __name__ == "__main__":
-    main()
+    ctl.main()  # this file's tests, then test_computectl's cleanups
