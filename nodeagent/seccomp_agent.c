@@ -28,12 +28,17 @@ const char *const agent_seccomp_allow[] = {
         "chroot", /* runsc (its minimal chroot) */
         "close", "close_range", "copy_file_range", "dup", "dup2", "dup3", "faccessat",
         "fallocate", /* runsc (the sentry's memory file) */
-        "fchmod", "fchown", "fchownat", "fcntl", "fgetxattr", "flock", "fstat", "fstatfs", "fsync",
+        "fchmod", "fchown", "fchownat", "fcntl",
+        "fdatasync", /* workspace_io.c: a replacing WriteFile's data, before it is named */
+        "getcwd", /* a shell in front of runsc (--runsc may be a wrapper script) */
+        "fgetxattr", "flock", "fstat", "fstatfs", "fsync",
         "ftruncate", "getdents64", "linkat", "lseek",
         "memfd_create", /* runsc */
         "mkdir", "mkdirat", "newfstatat", "open", "openat", "openat2",
         "pivot_root", /* runsc (the sandbox's root) */
-        "pread64", "pwrite64", "read", "readlink", "readlinkat", "rename", "renameat", "statfs",
+        "pread64", "pwrite64", "read", "readlink", "readlinkat", "rename", "renameat",
+        "rmdir", /* volume.c: mkfs's lost+found in a new workspace */
+        "statfs",
         "statx", "symlinkat", "umask", "unlink", "unlinkat", "utimensat", "write", "writev",
         /* pipes, polling, events */
         "epoll_create1", "epoll_ctl", "epoll_pwait", "epoll_wait", "eventfd2", "pipe2", "poll",

@@ -632,6 +632,15 @@ static int write_replace(const ws_target *t, const char *display, const ws_data 
                 cs_error_errno(err, errno, "'%s': cannot set the file's mode", display);
                 goto fail;
         }
+        /* The data reaches the disk while the file has no name yet. Otherwise the rename pays
+         * for it (ext4's auto_da_alloc flushes a file renamed over another: about 10 ms for
+         * 16 MiB on a workspace volume), and an agent killed in that flush leaves the
+         * temporary name behind (integration.nodeagent's kill -9 test caught it). A WriteFile
+         * that answers OK is on disk, too. */
+        if (fdatasync(fd) < 0) {
+                write_error(err, errno, display);
+                goto fail;
+        }
         if (!tmp[0] && link_temp(fd, t->dirfd, t->name, tmp, display, err) < 0)
                 goto fail;
         /* close() may report a deferred write error (NFS, quotas): before the rename. */
