@@ -18,6 +18,7 @@ const char *const frontend_seccomp_allow[] = {
         "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigtimedwait",
         /* files and directories */
         "access", "close", "fcntl", "lseek", "newfstatat", "openat", "pread64", "read",
+        "getdents64", /* /metrics: process_open_fds lists /proc/self/fd */
         "readlinkat", "umask", "write",
         /* pipes, polling, events */
         "epoll_create1", "epoll_ctl", "epoll_wait", "eventfd2", "poll",

@@ -164,6 +164,11 @@ scrape_configs:
             r = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(),
                                capture_output=True)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            # Read under each daemon's seccomp filter (listing /proc/self/fd was refused in
+            # the frontend, and the page said 0).
+            fds = [line for line in page.splitlines() if line.startswith("process_open_fds ")]
+            self.assertEqual(len(fds), 1, page)
+            self.assertGreater(float(fds[0].split()[1]), 3, (port, fds))
             for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
                          "process_open_fds", "process_max_fds", "process_start_time_seconds",
                          "compute_build_info", "grpc_server_started_total",
