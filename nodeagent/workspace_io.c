@@ -527,8 +527,7 @@ static int write_error(cs_error **err, int errnum, const char *display)
 {
         if (errnum == ENOSPC || errnum == EDQUOT)
                 return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                    "'%s': the workspace is full (%s)",
-                                    display, strerror(errnum));
+                                    "'%s': the workspace is full (%s)", display, strerror(errnum));
         return cs_error_errno(err, errnum, "'%s': cannot write", display);
 }
 
