@@ -939,6 +939,30 @@ static void __attribute__((noreturn)) child_work(int release_fd)
         _exit(0);
 }
 
+/* The real tests' start: root (a fail in CI, a skip elsewhere), a v1 hierarchy (else a
+ * skip), and the test's cpuacct and memory cgroups made (teardown_real removes them). */
+static void real_v1_start(real_cgroup *rc, cgroup_fs *fs)
+{
+        cs_error *err = NULL;
+
+        if (geteuid() != 0) {
+                if (getenv("CI")) /* CI runs as root: a skip there would hide a pass */
+                        fail_msg("this test needs root");
+                skip();
+        }
+        if (cgroup_fs_detect("/sys/fs/cgroup", fs, &err) < 0 || fs->version != CGROUP_V1) {
+                cs_error_freep(&err);
+                cgroup_fs_free(fs);
+                skip();
+        }
+        if (mkdir(rc->cpuacct, 0755) < 0)
+                fail_msg("mkdir %s: %s", rc->cpuacct, strerror(errno));
+        rc->made_cpuacct = true;
+        if (mkdir(rc->memory, 0755) < 0)
+                fail_msg("mkdir %s: %s", rc->memory, strerror(errno));
+        rc->made_memory = true;
+}
+
 /* cgroup_remove on the real hierarchy: a process left in the sandbox's cgroups (as a sentry
  * whose stop failed) is killed and the cgroups are gone from every hierarchy; again is fine. */
 static void test_real_v1_remove(void **state)
@@ -949,22 +973,7 @@ static void test_real_v1_remove(void **state)
         char path[80];
         int status;
 
-        if (geteuid() != 0) {
-                if (getenv("CI"))
-                        fail_msg("this test needs root");
-                skip();
-        }
-        if (cgroup_fs_detect("/sys/fs/cgroup", &fs, &err) < 0 || fs.version != CGROUP_V1) {
-                cs_error_freep(&err);
-                cgroup_fs_free(&fs);
-                skip();
-        }
-        if (mkdir(rc->cpuacct, 0755) < 0)
-                fail_msg("mkdir %s: %s", rc->cpuacct, strerror(errno));
-        rc->made_cpuacct = true;
-        if (mkdir(rc->memory, 0755) < 0)
-                fail_msg("mkdir %s: %s", rc->memory, strerror(errno));
-        rc->made_memory = true;
+        real_v1_start(rc, &fs);
         rc->child = fork();
         assert_true(rc->child >= 0);
         if (rc->child == 0) {
@@ -998,22 +1007,7 @@ static void test_real_v1_cgroup(void **state)
         char path[80];
         int status;
 
-        if (geteuid() != 0) {
-                if (getenv("CI")) /* CI runs as root: a skip there would hide a pass */
-                        fail_msg("this test needs root");
-                skip();
-        }
-        if (cgroup_fs_detect("/sys/fs/cgroup", &fs, &err) < 0 || fs.version != CGROUP_V1) {
-                cs_error_freep(&err);
-                cgroup_fs_free(&fs);
-                skip();
-        }
-        if (mkdir(rc->cpuacct, 0755) < 0)
-                fail_msg("mkdir %s: %s", rc->cpuacct, strerror(errno));
-        rc->made_cpuacct = true;
-        if (mkdir(rc->memory, 0755) < 0)
-                fail_msg("mkdir %s: %s", rc->memory, strerror(errno));
-        rc->made_memory = true;
+        real_v1_start(rc, &fs);
 
         assert_int_equal(pipe2(rc->release, O_CLOEXEC), 0);
         rc->child = fork();
