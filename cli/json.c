@@ -17,22 +17,7 @@ void cli_json_free(cli_json_writer *j)
 
 static void put(cli_json_writer *j, const char *s, size_t n)
 {
-        if (j->len + n + 1 > j->cap) {
-                size_t cap = j->cap ? j->cap : 256;
-                char *nb;
-
-                while (cap < j->len + n + 1)
-                        cap *= 2;
-                nb = cs_xmalloc(cap);
-                if (j->buf)
-                        memcpy(nb, j->buf, j->len);
-                free(j->buf);
-                j->buf = nb;
-                j->cap = cap;
-        }
-        memcpy(j->buf + j->len, s, n);
-        j->len += n;
-        j->buf[j->len] = '\0';
+        cs_text_append(&j->buf, &j->len, &j->cap, s, n);
 }
 
 static void puts_(cli_json_writer *j, const char *s)

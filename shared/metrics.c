@@ -24,19 +24,7 @@ void cs_mpage_free(cs_mpage *p)
 
 static void put(cs_mpage *p, const char *s, size_t n)
 {
-        if (p->len + n + 1 > p->cap) {
-                size_t cap = p->cap ? p->cap : 4096;
-
-                while (p->len + n + 1 > cap)
-                        cap *= 2;
-                p->text = realloc(p->text, cap);
-                if (!p->text)
-                        abort(); /* as cs_xmalloc: out of memory is not recoverable here */
-                p->cap = cap;
-        }
-        memcpy(p->text + p->len, s, n);
-        p->len += n;
-        p->text[p->len] = '\0';
+        cs_text_append(&p->text, &p->len, &p->cap, s, n);
 }
 
 static void puts_(cs_mpage *p, const char *s)

@@ -46,6 +46,21 @@ void *cs_xgrow(void *p, size_t n, size_t *cap, size_t size)
         return check_alloc(reallocarray(p, *cap, size));
 }
 
+void cs_text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+        if (*len + n + 1 > *cap) {
+                size_t c = *cap ? *cap : 256;
+
+                while (c < *len + n + 1)
+                        c *= 2;
+                *buf = check_alloc(realloc(*buf, c));
+                *cap = c;
+        }
+        memcpy(*buf + *len, s, n);
+        *len += n;
+        (*buf)[*len] = '\0';
+}
+
 char *cs_xasprintf(const char *fmt, ...)
 {
         char *s = NULL;

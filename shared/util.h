@@ -55,6 +55,9 @@ char *cs_xstrdup(const char *s);
  * (possibly moved) array. */
 void *cs_xgrow(void *p, size_t n, size_t *cap, size_t size);
 char *cs_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Appends n bytes of s to the text *buf of *len bytes (kept NUL-terminated), in an allocation
+ * of *cap bytes that doubles as needed (256 at first). *buf NULL and *len, *cap 0 start it. */
+void cs_text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 
 /* Writes all of buf (retrying short writes and EINTR). 0, or -1 with errno. */
 int cs_write_all(int fd, const void *buf, size_t len);
