@@ -444,25 +444,28 @@ static void kube_metrics(scheduler *s, cs_mpage *p)
         kube *k = KUBE(s);
         uint64_t by_status[FE_STATUS_DESTROYED + 1] = { 0 };
         pvc_count pvcs = { .now_ms = cs_now_realtime_ms() };
+        uint64_t restarts[ARRAY_SIZE(caches)], relists[ARRAY_SIZE(caches)];
+        const struct {
+                const char *name, *help;
+                const uint64_t *values;
+        } per_cache[] = {
+                { "compute_kube_watch_restarts_total",
+                  "Watches that ended in an error or 410 Gone, by the cache's resource.",
+                  restarts },
+                { "compute_kube_relists_total",
+                  "LISTs after a cache's first (after a 410 Gone or a failed watch).", relists },
+        };
 
         kube_client_metrics(k->kc, p);
-        cs_mpage_family(p, "compute_kube_watch_restarts_total", "counter",
-                        "Watches that ended in an error or 410 Gone, by the cache's resource.");
-        for (size_t i = 0; i < ARRAY_SIZE(caches); i++) {
-                uint64_t restarts, relists;
-                const char *labels[] = { "resource", caches[i].resource, NULL };
+        for (size_t i = 0; i < ARRAY_SIZE(caches); i++)
+                kube_cache_stats(caches[i].c, &restarts[i], &relists[i]);
+        for (size_t f = 0; f < ARRAY_SIZE(per_cache); f++) {
+                cs_mpage_family(p, per_cache[f].name, "counter", per_cache[f].help);
+                for (size_t i = 0; i < ARRAY_SIZE(caches); i++) {
+                        const char *labels[] = { "resource", caches[i].resource, NULL };
 
-                kube_cache_stats(caches[i].c, &restarts, &relists);
-                cs_mpage_sample_u64(p, "compute_kube_watch_restarts_total", labels, restarts);
-        }
-        cs_mpage_family(p, "compute_kube_relists_total", "counter",
-                        "LISTs after a cache's first (after a 410 Gone or a failed watch).");
-        for (size_t i = 0; i < ARRAY_SIZE(caches); i++) {
-                uint64_t restarts, relists;
-                const char *labels[] = { "resource", caches[i].resource, NULL };
-
-                kube_cache_stats(caches[i].c, &restarts, &relists);
-                cs_mpage_sample_u64(p, "compute_kube_relists_total", labels, relists);
+                        cs_mpage_sample_u64(p, per_cache[f].name, labels, per_cache[f].values[i]);
+                }
         }
         kagent_metrics(k, p);
         kube_cache_each(k->pods, count_pod, by_status);
