@@ -1,5 +1,5 @@
 """A full workspace (issue 12): the agent's workspace directory of a real sandbox is a 1 MiB
-tmpfs here (as the size-limited workspace volume will be), and every WriteFile that does not
+tmpfs here (a workspace volume of 1 MiB, without the mkfs), and every WriteFile that does not
 fit is RESOURCE_EXHAUSTED "the workspace is full", leaving the old file whole and nothing
 else: a replacing write (its O_TMPFILE data never gets a name), a new file, an append (cut back
 to the old size). A write that fits still works afterwards.
