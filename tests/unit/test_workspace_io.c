@@ -108,6 +108,27 @@ static void mkdir_at(int dfd, const char *path)
         assert_int_equal(mkdirat(dfd, path, 0755), 0);
 }
 
+/* Makes the directory dir in dfd with n empty files "f<i>", i zero-padded to digits, made from
+ * n - 1 down to 0 (descending, so that directory order is unlikely to be sorted). */
+static void make_dir_of_files(int dfd, const char *dir, int n, int digits)
+{
+        int ddfd;
+
+        mkdir_at(dfd, dir);
+        ddfd = openat(dfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(ddfd >= 0);
+        for (int i = n - 1; i >= 0; i--) {
+                char name[32];
+                int fd;
+
+                snprintf(name, sizeof(name), "f%0*d", digits, i);
+                fd = openat(ddfd, name, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+                assert_true(fd >= 0);
+                close(fd);
+        }
+        close(ddfd);
+}
+
 static void symlink_at(int dfd, const char *target, const char *path)
 {
         assert_int_equal(symlinkat(target, dfd, path), 0);
@@ -986,22 +1007,8 @@ static void test_list_default_and_cap(void **state)
         ws_entry *e = NULL;
         size_t n = 0;
         bool trunc = false;
-        int dfd;
 
-        mkdir_at(f->wsfd, "many");
-        dfd = openat(f->wsfd, "many", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        assert_true(dfd >= 0);
-        /* Created in descending order so that directory order is unlikely to be sorted. */
-        for (int i = 10049; i >= 0; i--) {
-                char name[16];
-                int fd;
-
-                snprintf(name, sizeof(name), "f%05d", i);
-                fd = openat(dfd, name, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-                assert_true(fd >= 0);
-                close(fd);
-        }
-        close(dfd);
+        make_dir_of_files(f->wsfd, "many", 10050, 5);
 
         EXPECT_OK(ws_list(&f->root, "many", false, 0, &e, &n, &trunc, &err_));
         assert_int_equal(n, WS_LIST_DEFAULT);
@@ -1040,21 +1047,8 @@ static void test_list_stops_at_the_cap(void **state)
         ws_entry *e = NULL;
         size_t n = 0, before;
         bool trunc = false;
-        int dfd;
 
-        mkdir_at(f->wsfd, "big");
-        dfd = openat(f->wsfd, "big", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        assert_true(dfd >= 0);
-        for (int i = 0; i < 5000; i++) {
-                char name[16];
-                int fd;
-
-                snprintf(name, sizeof(name), "f%04d", i);
-                fd = openat(dfd, name, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-                assert_true(fd >= 0);
-                close(fd);
-        }
-        close(dfd);
+        make_dir_of_files(f->wsfd, "big", 5000, 4);
         for (uint32_t max = 1; max <= 100; max *= 10) {
                 before = ws_list_names_seen();
                 EXPECT_OK(ws_list(&f->root, "big", false, max, &e, &n, &trunc, &err_));
