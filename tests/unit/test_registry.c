@@ -363,6 +363,20 @@ static bool cgroup_gone(fixture *f, const char *id)
         return false;
 }
 
+/* The sandbox's status once it is no longer READY, waiting up to 5 s: the housekeeping
+ * thread removes the cgroup a moment before it marks the sandbox FAILED. */
+static void describe_settled(fixture *f, const char *id, sb_info *ret)
+{
+        for (int i = 0; i < 500; i++) {
+                describe(f, id, ret);
+                if (ret->status != SB_READY)
+                        return;
+                sb_info_clear(ret);
+                usleep(10 * 1000);
+        }
+        fail_msg("%s is still READY after 5 s", id);
+}
+
 /* A max_runtime stop that fails (runsc: "context deadline exceeded") still removes the
  * sandbox's cgroup (its tasks killed through it), and the removal of a destroyed sandbox
  * removes a cgroup its runtime left behind: the attack pass found them leaked for good. */
@@ -392,7 +406,7 @@ static void test_failed_stop_removes_cgroup(void **state)
         fake_runtime_fail_destroy(f->fake, true);
 
         assert_true(cgroup_gone(f, ID_RUNNING));
-        describe(f, ID_RUNNING, &info);
+        describe_settled(f, ID_RUNNING, &info);
         assert_int_equal(info.status, SB_FAILED);
         assert_non_null(strstr(info.status_message, "max_runtime"));
         sb_info_clear(&info);
