@@ -314,12 +314,21 @@ static int open_cgroup_dir(const cgroup_fs *fs, const char *mount, const char *c
         _cleanup_free_ char *hier = NULL;
 
         if (fs->libcgroup && fs->version == CGROUP_V1) {
+                _cleanup_free_ char *dir = NULL;
+
+                /* The mount is known: one open instead of the hierarchy's and the cgroup's
+                 * (this is on every exec's path). */
                 if (!mount)
                         return 1;
-                hier = cs_xstrdup(mount);
-                hier_fd = open(hier, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (hier_fd < 0)
-                        return errno == ENOENT ? 1 : cs_error_errno(err, errno, "opening %s", hier);
+                dir = cs_xasprintf("%s/%s", mount, rel);
+                fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd < 0)
+                        return errno == ENOENT
+                                       ? 1
+                                       : cs_error_errno(err, errno, "opening cgroup %s", dir);
+                *ret_dir = TAKE_PTR(dir);
+                *ret_fd = TAKE_FD(fd);
+                return 0;
         }
         for (; *hierarchies && hier_fd < 0; hierarchies++) {
                 free(hier);
