@@ -979,11 +979,19 @@ int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
 
         if (cgroup_rel_path(path, &rel, err) < 0)
                 return -1;
-        if (fs->libcgroup)
-                return lib_remove(fs, rel, err);
+        if (fs->libcgroup) {
+                if (lib_remove(fs, rel, err) < 0)
+                        return -1;
+                if (fs->version == CGROUP_V2)
+                        return 0;
+                /* v1: libcgroup does not list every hierarchy. Debian builds it with
+                 * name=systemd as its "opaque hierarchy", which it skips, and runsc makes the
+                 * cgroup there too: the sweep below finds it (and ENOENT, fine, where
+                 * libcgroup removed it). */
+        }
 
-        /* Without libcgroup (a root that is not where it sees the mounts): every directory
-         * under the root is taken for a hierarchy. */
+        /* By hand (also every hierarchy when root is not where libcgroup sees the mounts):
+         * every directory under the root is taken for a hierarchy. */
         root_fd = open(fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root_fd < 0)
                 return cs_error_errno(err, errno, "opening %s", fs->root);
