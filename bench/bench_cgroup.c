@@ -9,8 +9,9 @@
  *   lc-read-value cgroup_read_value_begin/next/end (one fopen per file) of the same files
  *                 cgroup_read() reads, in its order (the values' parsing not counted)
  *
- * Usage: bench-cgroup [ITERS [RUNS]] (defaults 2000 and 15). The figures and the decision
- * are in docs/nodeagent.md ("Cgroups"). */
+ * Usage: bench-cgroup [ITERS [RUNS]] (defaults 2000 and 15). Figures (this 2-core VM, busy
+ * with other work): 57 / 71 / 878 us per sample for the three. They and the decision (the
+ * reads stay hand-written) are in docs/nodeagent.md ("Cgroups"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -234,23 +235,28 @@ int main(int argc, char **argv)
                         unlink(tmp);
                 }
         }
-        t = calloc((size_t)runs, sizeof(*t));
+        t = calloc((size_t)runs * 3, sizeof(*t));
         if (!t)
                 goto out;
         printf("one usage sample of a v1 cgroup (cpuacct, memory, blkio), %ld x %ld runs:\n", iters,
                runs);
-        for (way w = HAND; w <= READ_VALUE; w++) {
-                for (long r = 0; r < runs; r++) {
-                        t[r] = run(w, &fs, name, iters);
-                        if (t[r] < 0) {
+        /* The ways take turns in each run, so that a busy moment of the machine does not fall
+         * on one way only. */
+        for (long r = 0; r < runs; r++)
+                for (way w = HAND; w <= READ_VALUE; w++) {
+                        t[w * runs + r] = run(w, &fs, name, iters);
+                        if (t[w * runs + r] < 0) {
                                 fprintf(stderr, "%s failed\n", names[w]);
                                 free(t);
                                 goto out;
                         }
                 }
-                qsort(t, (size_t)runs, sizeof(*t), cmp_double);
+        for (way w = HAND; w <= READ_VALUE; w++) {
+                double *tw = t + w * runs;
+
+                qsort(tw, (size_t)runs, sizeof(*tw), cmp_double);
                 printf("  %-14s median %8.0f ns/sample (min %.0f, max %.0f)\n", names[w],
-                       t[runs / 2], t[0], t[runs - 1]);
+                       tw[runs / 2], tw[0], tw[runs - 1]);
         }
         free(t);
         rc = 0;
