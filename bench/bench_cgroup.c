@@ -211,7 +211,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "usage: bench-cgroup [ITERS [RUNS]]\n");
                 return 2;
         }
-        if (cgroup_fs_detect(root, &fs, &err) < 0 || fs.version != CGROUP_V1 || !fs.libcgroup) {
+        if (cgroup_fs_detect(root, &fs, &err) < 0 || fs.version != CS_CGROUP_V1 || !fs.libcgroup) {
                 fprintf(stderr, "needs cgroup v1 mounts at %s that libcgroup sees%s%s\n", root,
                         err ? ": " : "", err ? err->msg : "");
                 cs_error_free(err);

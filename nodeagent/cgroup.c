@@ -313,7 +313,7 @@ static int open_cgroup_dir(const cgroup_fs *fs, const char *mount, const char *c
         _cleanup_close_ int hier_fd = -1, fd = -1;
         _cleanup_free_ char *hier = NULL;
 
-        if (fs->libcgroup && fs->version == CGROUP_V1) {
+        if (fs->libcgroup && fs->version == CS_CGROUP_V1) {
                 _cleanup_free_ char *dir = NULL;
 
                 /* The mount is known: one open instead of the hierarchy's and the cgroup's
@@ -361,7 +361,7 @@ static int open_main_dir(const cgroup_fs *fs, const char *path, int *ret_fd, cha
         if (cgroup_rel_path(path, &rel, err) < 0)
                 return -1;
         r = open_cgroup_dir(fs, fs->cpuacct_dir,
-                            fs->version == CGROUP_V1 ? v1_cpuacct_names : v2_names, rel, ret_fd,
+                            fs->version == CS_CGROUP_V1 ? v1_cpuacct_names : v2_names, rel, ret_fd,
                             ret_dir, err);
         if (r > 0)
                 return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "cgroup %s does not exist under %s",
@@ -469,7 +469,7 @@ static int lib_detect(const char *root, cgroup_fs *ret)
         memory = lib_mount("memory");
         if (cpu && memory && strcmp(cpu, root) == 0 && strcmp(memory, root) == 0 &&
             is_v2_dir(root)) {
-                ret->version = CGROUP_V2;
+                ret->version = CS_CGROUP_V2;
                 ret->libcgroup = true;
                 return 0;
         }
@@ -478,7 +478,7 @@ static int lib_detect(const char *root, cgroup_fs *ret)
             is_v2_dir(cpuacct) || is_v2_dir(memory))
                 return 1;
         blkio = lib_mount("blkio");
-        ret->version = CGROUP_V1;
+        ret->version = CS_CGROUP_V1;
         ret->libcgroup = true;
         ret->hybrid = lib_has_v2_mount();
         ret->cpuacct_dir = TAKE_PTR(cpuacct);
@@ -499,7 +499,7 @@ static int files_detect(int root_fd, const char *root, bool is_cgroup2, cgroup_f
         if (r < 0)
                 return -1;
         if (r > 0) {
-                ret->version = CGROUP_V2;
+                ret->version = CS_CGROUP_V2;
                 return 0;
         }
         if (is_cgroup2)
@@ -509,7 +509,7 @@ static int files_detect(int root_fd, const char *root, bool is_cgroup2, cgroup_f
                                     root);
         if ((is_dir_at(root_fd, "cpuacct") || is_dir_at(root_fd, "cpu,cpuacct")) &&
             is_dir_at(root_fd, "memory")) {
-                ret->version = CGROUP_V1;
+                ret->version = CS_CGROUP_V1;
                 return 0;
         }
         return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
@@ -550,7 +550,7 @@ int cgroup_fs_detect(const char *root, cgroup_fs *ret, cs_error **err)
                         return -1;
         }
         /* systemd's hybrid layout; libcgroup 2.0 skips a cgroup2 mount without controllers. */
-        if (fs.version == CGROUP_V1 && !fs.hybrid) {
+        if (fs.version == CS_CGROUP_V1 && !fs.hybrid) {
                 _cleanup_close_ int ufd =
                         openat(root_fd, "unified", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
                 fs.hybrid = ufd >= 0 && faccessat(ufd, "cgroup.controllers", F_OK, 0) == 0;
@@ -751,7 +751,7 @@ int cgroup_read(const cgroup_fs *fs, const char *path, cgroup_sample *ret, cs_er
         cgroup_sample s = { 0 };
         int r;
 
-        r = fs->version == CGROUP_V1 ? read_v1(fs, path, &s, err) : read_v2(fs, path, &s, err);
+        r = fs->version == CS_CGROUP_V1 ? read_v1(fs, path, &s, err) : read_v2(fs, path, &s, err);
         if (r < 0)
                 return -1;
         *ret = s;
@@ -775,7 +775,7 @@ int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err)
 
         if (open_main_dir(fs, path, &main_fd, &main_dir, err) < 0)
                 return -1;
-        if (fs->version == CGROUP_V2)
+        if (fs->version == CS_CGROUP_V2)
                 return 1;
 
         if (cgroup_rel_path(path, &rel, err) < 0)
@@ -896,7 +896,7 @@ static int lib_collect(const cgroup_fs *fs, const char *rel, struct cgroup *cg, 
                 bool seen = false;
                 char *dir;
 
-                if (fs->version == CGROUP_V2 ? strcmp(info.path, fs->root) != 0
+                if (fs->version == CS_CGROUP_V2 ? strcmp(info.path, fs->root) != 0
                                              : !is_hierarchy_of(info.path, fs->root))
                         continue;
                 if (!cgroup_add_controller(cg, info.name)) {
@@ -982,7 +982,7 @@ int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
         if (fs->libcgroup) {
                 if (lib_remove(fs, rel, err) < 0)
                         return -1;
-                if (fs->version == CGROUP_V2)
+                if (fs->version == CS_CGROUP_V2)
                         return 0;
                 /* v1: libcgroup does not list every hierarchy. Debian builds it with
                  * name=systemd as its "opaque hierarchy", which it skips, and runsc makes the
@@ -995,7 +995,7 @@ int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
         root_fd = open(fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root_fd < 0)
                 return cs_error_errno(err, errno, "opening %s", fs->root);
-        if (fs->version == CGROUP_V2)
+        if (fs->version == CS_CGROUP_V2)
                 return remove_in(root_fd, fs->root, rel, err);
 
         /* v1: the cgroup may exist under every hierarchy (runsc makes it under each). Links

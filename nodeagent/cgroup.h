@@ -15,8 +15,8 @@
 #include "error.h"
 
 typedef enum cgroup_version {
-        CGROUP_V1 = 1,
-        CGROUP_V2 = 2,
+        CS_CGROUP_V1 = 1,
+        CS_CGROUP_V2 = 2,
 } cgroup_version;
 
 typedef struct cgroup_fs {

@@ -225,7 +225,7 @@ static void test_detect_v1(void **state)
 
         make_v1_tree(f->dir, "cpuacct");
         snprintf(root, sizeof(root), "%s//", f->dir);
-        detect(root, CGROUP_V1, &fs);
+        detect(root, CS_CGROUP_V1, &fs);
         assert_string_equal(fs.root, f->dir); /* trailing slashes dropped */
         assert_false(fs.libcgroup);           /* a plain directory: the files decided */
         assert_false(fs.hybrid);
@@ -233,7 +233,7 @@ static void test_detect_v1(void **state)
 
         /* systemd's hybrid layout: a cgroup2 hierarchy at root/unified. */
         put(f->dir, "unified/cgroup.controllers", "\n");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         assert_true(fs.hybrid);
         cgroup_fs_free(&fs);
         assert_null(fs.root);
@@ -247,7 +247,7 @@ static void test_detect_v1_combined_cpuacct(void **state)
 
         mkdirs(f->dir, "cpu,cpuacct");
         mkdirs(f->dir, "memory");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         cgroup_fs_free(&fs);
 }
 
@@ -257,7 +257,7 @@ static void test_detect_v2(void **state)
         cgroup_fs fs = { 0 };
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         assert_string_equal(fs.root, f->dir);
         assert_false(fs.libcgroup);
         assert_false(fs.hybrid);
@@ -304,7 +304,7 @@ static void test_detect_real_v1(void **state)
         (void)state;
         if (stat("/sys/fs/cgroup/cpuacct", &st) < 0 || !S_ISDIR(st.st_mode))
                 skip();
-        detect("/sys/fs/cgroup", CGROUP_V1, &fs);
+        detect("/sys/fs/cgroup", CS_CGROUP_V1, &fs);
         assert_string_equal(fs.root, "/sys/fs/cgroup");
         /* The real mounts: libcgroup found them, the hierarchies are its mount points. */
         assert_true(fs.libcgroup);
@@ -366,7 +366,7 @@ static void test_read_v1(void **state)
         cgroup_sample s;
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         check_v1_full(&s);
@@ -383,7 +383,7 @@ static void test_read_v1_combined_cpuacct(void **state)
         cgroup_sample s;
 
         make_v1_tree(f->dir, "cpu,cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         read_ok(&fs, "/compute/abc", &s);
         check_v1_full(&s);
         cgroup_fs_free(&fs);
@@ -398,7 +398,7 @@ static void test_read_v1_missing_files(void **state)
         /* Only the cpuacct cgroup, with no files at all: everything 0. */
         mkdirs(f->dir, "cpuacct/compute/abc");
         mkdirs(f->dir, "memory");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.cpu_ns, 0);
@@ -437,7 +437,7 @@ static void test_read_v1_blkio_fallback(void **state)
         put(f->dir, "blkio/compute/abc/blkio.io_service_bytes",
             "8:0 Read 1000\n8:0 Write 2000\n8:0 Sync 3000\n8:0 Async 0\n8:0 Total 3000\n"
             "Total 3000\n");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.io_read_bytes, 1000);
         assert_int_equal(s.io_write_bytes, 2000);
@@ -475,7 +475,7 @@ static void test_read_not_found(void **state)
         make_v1_tree(f->dir, "cpuacct");
         /* A memory cgroup alone does not make the cgroup exist: v1 looks at cpuacct. */
         mkdirs(f->dir, "memory/compute/other");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         assert_int_equal(cgroup_read(&fs, "/compute/other", &s, &err), -1);
         check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/other");
         assert_int_equal(cgroup_reset_peak(&fs, "/compute/missing", &err), -1);
@@ -491,7 +491,7 @@ static void test_read_bad_path(void **state)
         cs_error *err = NULL;
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         assert_int_equal(cgroup_read(&fs, "/compute/../../etc", &s, &err), -1);
         check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "..");
         assert_int_equal(cgroup_read(&fs, "/compute/./abc", &s, &err), -1);
@@ -533,7 +533,7 @@ static void test_read_v1_garbage(void **state)
         cgroup_fs fs = { 0 };
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "max\n", "1\n");
         expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "", "1\n");
         expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "-1\n", "1\n");
@@ -565,7 +565,7 @@ static void test_read_too_large(void **state)
         memset(big, '1', n);
         big[n] = '\0';
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         expect_garbage(f, &fs, "memory/compute/abc/memory.usage_in_bytes", big, "1\n");
         free(big);
         cgroup_fs_free(&fs);
@@ -580,7 +580,7 @@ static void test_read_v2(void **state)
         cgroup_sample s;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.cpu_ns, UINT64_C(1234567) * 1000);
@@ -609,7 +609,7 @@ static void test_read_v2_missing_files(void **state)
 
         put(f->dir, "cgroup.controllers", "cpu memory\n");
         mkdirs(f->dir, "compute/abc");
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.cpu_ns, 0);
@@ -640,7 +640,7 @@ static void test_read_v2_not_found(void **state)
         cs_error *err = NULL;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         assert_int_equal(cgroup_read(&fs, "/compute/nope", &s, &err), -1);
         check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/nope");
         /* A path through a file is not a cgroup either, but not NOT_FOUND. */
@@ -657,7 +657,7 @@ static void test_read_v2_garbage(void **state)
         cgroup_fs fs = { 0 };
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         expect_garbage(f, &fs, "compute/abc/memory.current", "max\n", "1\n");
         expect_garbage(f, &fs, "compute/abc/memory.peak", "garbage\n", "1\n");
         expect_garbage(f, &fs, "compute/abc/cpu.stat", "user_usec 5\n", v2_cpu_stat);
@@ -683,7 +683,7 @@ static void test_read_nul_byte(void **state)
         int fd;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         snprintf(path, sizeof(path), "%s/compute/abc/io.stat", f->dir);
         fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
         assert_true(fd >= 0);
@@ -704,7 +704,7 @@ static void test_reset_peak_v1(void **state)
         char *contents;
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 0);
         assert_null(err);
         contents = slurp(f->dir, "memory/compute/abc/memory.max_usage_in_bytes");
@@ -735,7 +735,7 @@ static void test_reset_peak_v2(void **state)
         char path[256], *contents;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         /* The reset would be local to the writer's fd: reported as unsupported, file untouched. */
         assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 1);
         assert_null(err);
@@ -854,8 +854,8 @@ static void test_no_fd_leaks(void **state)
         put(root1, "cpuacct/compute/abc/cgroup.procs", "1\n");
         make_v2_tree(root2);
         before = count_fds();
-        detect(root1, CGROUP_V1, &v1);
-        detect(root2, CGROUP_V2, &v2);
+        detect(root1, CS_CGROUP_V1, &v1);
+        detect(root2, CS_CGROUP_V2, &v2);
         read_ok(&v1, "/compute/abc", &s);
         read_ok(&v2, "/compute/abc", &s);
         assert_int_equal(cgroup_read(&v1, "/compute/none", &s, &err), -1);
@@ -977,7 +977,7 @@ static void real_v1_start(real_cgroup *rc, cgroup_fs *fs)
                         fail_msg("this test needs root");
                 skip();
         }
-        if (cgroup_fs_detect("/sys/fs/cgroup", fs, &err) < 0 || fs->version != CGROUP_V1) {
+        if (cgroup_fs_detect("/sys/fs/cgroup", fs, &err) < 0 || fs->version != CS_CGROUP_V1) {
                 cs_error_freep(&err);
                 cgroup_fs_free(fs);
                 skip();
@@ -1221,7 +1221,7 @@ static void test_lib_v2_node(void **state)
                  "cgroup2 %s cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n", root);
         fake_proc_mounts(nf, mounts);
 
-        detect(root, CGROUP_V2, &fs);
+        detect(root, CS_CGROUP_V2, &fs);
         assert_true(fs.libcgroup);
         assert_false(fs.hybrid);
         assert_string_equal(fs.root, root);
@@ -1300,7 +1300,7 @@ static void test_lib_hybrid(void **state)
                 fail_msg("umount /sys/fs/cgroup/unified: %s", strerror(errno));
 
         fake_proc_mounts(nf, v1);
-        detect("/sys/fs/cgroup", CGROUP_V1, &fs);
+        detect("/sys/fs/cgroup", CS_CGROUP_V1, &fs);
         assert_true(fs.libcgroup);
         assert_false(fs.hybrid);
         cgroup_fs_free(&fs);
@@ -1311,7 +1311,7 @@ static void test_lib_hybrid(void **state)
                 skip(); /* libcgroup 2.0 skips a cgroup2 mount without controllers */
         snprintf(mounts, sizeof(mounts), "%scgroup2 %s cgroup2 rw 0 0\n", v1, nf->mounts[0]);
         fake_proc_mounts(nf, mounts);
-        detect("/sys/fs/cgroup", CGROUP_V1, &fs);
+        detect("/sys/fs/cgroup", CS_CGROUP_V1, &fs);
         assert_true(fs.libcgroup);
         assert_true(fs.hybrid);
         cgroup_fs_free(&fs);
