@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <libcgroup.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <linux/magic.h>
@@ -882,10 +883,10 @@ static void lib_hierarchies_done(lib_hierarchies *h)
 }
 
 /* Adds to cg every controller libcgroup lists in fs's hierarchies (v2: the root mount; v1:
- * each mount directly under the root, as runsc makes the cgroup under each), and to h the
- * cgroup's directory in each distinct mount. */
-static int lib_collect(const cgroup_fs *fs, const char *rel, struct cgroup *cg, lib_hierarchies *h,
-                       cs_error **err)
+ * each mount directly under the root, as runsc makes the cgroup under each) but `skip` (NULL:
+ * none), and to h the cgroup's directory in each distinct mount. */
+static int lib_collect(const cgroup_fs *fs, const char *rel, const char *skip, struct cgroup *cg,
+                       lib_hierarchies *h, cs_error **err)
 {
         struct cgroup_mount_point info;
         void *handle = NULL;
@@ -897,7 +898,9 @@ static int lib_collect(const cgroup_fs *fs, const char *rel, struct cgroup *cg, 
                 char *dir;
 
                 if (fs->version == CS_CGROUP_V2 ? strcmp(info.path, fs->root) != 0
-                                             : !is_hierarchy_of(info.path, fs->root))
+                                                : !is_hierarchy_of(info.path, fs->root))
+                        continue;
+                if (skip && strcmp(info.name, skip) == 0)
                         continue;
                 if (!cgroup_add_controller(cg, info.name)) {
                         cgroup_get_controller_end(&handle);
@@ -942,7 +945,7 @@ static int lib_remove(const cgroup_fs *fs, const char *rel, cs_error **err)
         cg = cgroup_new_cgroup(rel);
         if (!cg)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: cannot name %s", rel);
-        if (lib_collect(fs, rel, cg, &h, err) < 0)
+        if (lib_collect(fs, rel, NULL, cg, &h, err) < 0)
                 return -1;
         if (h.n == 0)
                 return 0; /* nothing mounted under the root any more */
@@ -967,6 +970,90 @@ static int lib_remove(const cgroup_fs *fs, const char *rel, cs_error **err)
                                       "removing cgroup %s", rel);
         return cs_error_set(err, GRPC_STATUS_INTERNAL, "removing cgroup %s: %s", rel,
                             cgroup_strerror(r));
+}
+
+/* The limits as the files of the controller that keeps each, v1 or v2. */
+static int lib_set_limits(const cgroup_fs *fs, struct cgroup *cg, const cgroup_limits *lim,
+                          cs_error **err)
+{
+        bool v2 = fs->version == CS_CGROUP_V2;
+        struct cgroup_controller *c;
+        int r = 0;
+
+        if (lim->cpu_millis) {
+                if (!(c = cgroup_get_controller(cg, "cpu")))
+                        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                            "no cpu controller under %s", fs->root);
+                if (v2) {
+                        char max[48];
+                        snprintf(max, sizeof(max), "%" PRIu64 " 100000",
+                                 (uint64_t)lim->cpu_millis * 100);
+                        r = cgroup_add_value_string(c, "cpu.max", max);
+                } else {
+                        r = cgroup_add_value_uint64(c, "cpu.cfs_period_us", 100000);
+                        if (r == 0)
+                                r = cgroup_add_value_int64(c, "cpu.cfs_quota_us",
+                                                           (int64_t)lim->cpu_millis * 100);
+                }
+        }
+        if (r == 0 && lim->memory_bytes) {
+                if (!(c = cgroup_get_controller(cg, "memory")))
+                        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                            "no memory controller under %s", fs->root);
+                r = cgroup_add_value_uint64(c, v2 ? "memory.max" : "memory.limit_in_bytes",
+                                            lim->memory_bytes);
+        }
+        if (r == 0 && lim->pids_max) {
+                if (!(c = cgroup_get_controller(cg, "pids")))
+                        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                            "no pids controller under %s", fs->root);
+                r = cgroup_add_value_uint64(c, "pids.max", lim->pids_max);
+        }
+        if (r != 0)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: %s", cgroup_strerror(r));
+        return 0;
+}
+
+int cgroup_create(const cgroup_fs *fs, const char *path, const cgroup_limits *lim, cs_error **err)
+{
+        _cleanup_(lib_cgroup_freep) struct cgroup *cg = NULL;
+        _cleanup_(lib_hierarchies_done) lib_hierarchies h = { 0 };
+        const char *rel;
+        int r;
+
+        if (cgroup_rel_path(path, &rel, err) < 0)
+                return -1;
+        if (!fs->libcgroup)
+                return 0;
+        if (strlen(fs->root) + strlen(rel) + 64 >= FILENAME_MAX)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "cgroup path too long");
+        cg = cgroup_new_cgroup(rel);
+        if (!cg)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: cannot name %s", rel);
+        /* Not a v1 cpuset: a new one has no CPUs and no memory nodes, and nothing can join it
+         * until they are copied from the parent, which runsc does when it makes it. */
+        if (lib_collect(fs, rel, fs->version == CS_CGROUP_V1 ? "cpuset" : NULL, cg, &h, err) < 0 ||
+            lib_set_limits(fs, cg, lim, err) < 0)
+                return -1;
+        if (h.n == 0)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "no cgroup hierarchy mounted under %s", fs->root);
+        /* Parents are made as needed (with no limits of their own); the files of controllers
+         * not in this hierarchy's kernel (e.g. no pids) are refused above, not here. */
+        r = cgroup_create_cgroup(cg, 0);
+        if (r != 0) {
+                int e = r == ECGOTHER ? cgroup_get_last_errno() : 0;
+                cs_error *ignored = NULL;
+
+                /* Half made is not left behind. */
+                if (cgroup_remove(fs, path, &ignored) < 0)
+                        cs_error_free(ignored);
+                if (e)
+                        return cs_error_errno(err, e, "creating cgroup %s", rel);
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "creating cgroup %s: %s", rel,
+                                    cgroup_strerror(r));
+        }
+        return 1;
 }
 
 int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)

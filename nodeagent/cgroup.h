@@ -95,6 +95,24 @@ int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err);
  * tasks to the parent cgroup, where a sentry that survived the kill would run on unaccounted. */
 int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err);
 
+/* The limits of a sandbox's cgroup (0: none). */
+typedef struct cgroup_limits {
+        uint32_t cpu_millis;   /* v1 cpu.cfs_quota_us over a 100 ms period; v2 cpu.max */
+        uint64_t memory_bytes; /* v1 memory.limit_in_bytes; v2 memory.max */
+        uint64_t pids_max;     /* pids.max */
+} cgroup_limits;
+
+/* Makes the sandbox's cgroup at `path` through libcgroup, with its limits, in every
+ * hierarchy libcgroup lists under the root (v1: each mounted controller but cpuset, which
+ * runsc makes with its parent's CPUs and memory nodes; v2: the root mount, its controllers
+ * enabled down the path). runsc then finds the cgroup made and only joins it:
+ * it neither sets its limits nor removes it (runsc/cgroup: "Using pre-created cgroup"), so
+ * the caller owns it and removes it with cgroup_remove() when the sandbox goes. An existing
+ * cgroup at path (a sandbox re-made after a crash) is taken as it is and its limits set.
+ * Returns 1 when made, 0 when the root is not where libcgroup sees the mounts (!fs->libcgroup:
+ * a fake tree in a test; the runtime then makes the cgroup itself), -1 with *err. */
+int cgroup_create(const cgroup_fs *fs, const char *path, const cgroup_limits *lim, cs_error **err);
+
 /* Reads rx/tx byte counters of every interface but "lo" in the network namespace of pid
  * (from /proc/<pid>/net/dev), summed. Both 0 when only loopback exists. NOT_FOUND when the
  * pid is gone. */

@@ -271,6 +271,7 @@ static int agent_open(agent *a, cs_error **err)
                          .grace_ms = grace_s * 1000,
                          .sample_interval_ms = sample_ms,
                          .max_sandboxes = (uint32_t)max_sandboxes,
+                         .pids_max = RT_HOST_TASKS_MAX((uint64_t)max_processes),
                          .volumes = workspace_volumes && !kube,
                          .kube = kube };
 

@@ -299,7 +299,14 @@ static void *starter_main(void *arg)
                                   .hostname = "sandbox",
                                   .cpu_millis = sb->cpu_millis,
                                   .memory_bytes = sb->memory_bytes };
-        r = reg->rt->ops->create(reg->rt, &spec, &pid, &err);
+        cgroup_limits limits = { .cpu_millis = sb->cpu_millis,
+                                 .memory_bytes = sb->memory_bytes,
+                                 .pids_max = reg->cfg.pids_max };
+
+        /* The agent makes the cgroup with its limits and owns it; runsc only joins it. */
+        r = cgroup_create(reg->cg, sb->cgroup_path, &limits, &err) < 0 ? -1 : 0;
+        if (r == 0)
+                r = reg->rt->ops->create(reg->rt, &spec, &pid, &err);
 
         pthread_mutex_lock(&reg->lock);
         gone = sb->status == SB_DESTROYED || sb->destroying;
@@ -319,10 +326,11 @@ static void *starter_main(void *arg)
                 cs_error *ignored = NULL;
                 reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
                 cs_error_free(ignored);
+                sandbox_usage_freeze(reg, sb);
+                sandbox_remove_cgroup(reg, sb);
         }
         if (!gone) {
                 if (r < 0) {
-                        sandbox_usage_freeze(reg, sb);
                         sandbox_log(reg, true, sb->id, "sandbox failed to start: %s", err->msg);
                 } else {
                         sandbox_log(reg, false, sb->id, "sandbox ready");
@@ -539,6 +547,7 @@ int sb_destroy(sb_registry *reg, const char *id, int64_t grace_ms, sb_info *ret,
                 sb_release(reg, sb);
                 return cs_error_prefix(err, "cannot destroy sandbox %s", id);
         }
+        sandbox_remove_cgroup(reg, sb);
         sandbox_persist(reg, sb);
         sandbox_log(reg, false, sb->id, "sandbox destroyed");
 done:

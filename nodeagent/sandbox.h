@@ -70,6 +70,7 @@ typedef struct sb_config {
         int64_t start_timeout_ms;   /* how long a sandbox may take to reach READY */
         uint32_t max_sandboxes;     /* live (not destroyed) sandboxes at once */
         na_capacity capacity;       /* admission control (admission.h); memory_bytes 0: off */
+        uint64_t pids_max;          /* local mode: the sandbox cgroup's pids.max (0: none) */
         bool volumes; /* local mode: each workspace is a volume of its size (volume.h); off:
                          a plain directory of the state directory's filesystem, unbounded */
         bool kube;    /* kube mode: no records, no creation; sandboxes come from sb_attach and

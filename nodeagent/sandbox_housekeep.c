@@ -19,7 +19,7 @@
 /* Kills what is left of a sandbox through its cgroup and removes the cgroup: for a sandbox
  * whose runtime could not stop it, or left its cgroup behind (runsc delete removes it
  * otherwise). A failure is logged; the removal of the sandbox tries again. */
-static void remove_cgroup(sb_registry *reg, sandbox *sb)
+void sandbox_remove_cgroup(sb_registry *reg, sandbox *sb)
 {
         cs_error *err = NULL;
 
@@ -66,8 +66,9 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
                 if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
                         sandbox_log(reg, true, sb->id, "cannot stop the sandbox: %s", err->msg);
                         cs_error_freep(&err);
-                        remove_cgroup(reg, sb);
                 }
+                /* Stopped or not: what is left in the cgroup is killed through it. */
+                sandbox_remove_cgroup(reg, sb);
                 sb_mark_failed(reg, sb, why);
         } else if (dead && s.oom_kills) {
                 sb_mark_out_of_memory(reg, sb);
@@ -98,7 +99,7 @@ static void remove_expired(sb_registry *reg, sandbox *sb)
         /* A FAILED sandbox may still have a stopped container to delete. */
         reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
         cs_error_freep(&ignored);
-        remove_cgroup(reg, sb);
+        sandbox_remove_cgroup(reg, sb);
         /* The volume's mount and image go first: the tree removal never enters a mount. */
         if (sb->volume && vol_remove(sb->volume_image, sb->workspace_dir, &ignored) < 0) {
                 sandbox_log(reg, true, sb->id, "cannot remove the workspace volume: %s",

@@ -166,6 +166,9 @@ void sandbox_kill_leftover_execs(sb_registry *reg, sandbox *sb, bool running);
 void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret);
 /* Takes the final usage reading and keeps it from now on. */
 void sandbox_usage_freeze(sb_registry *reg, sandbox *sb);
+/* Removes the sandbox's cgroup (local mode: the agent made it, runsc only joined it), logging
+ * a failure. Its usage must have been frozen first. */
+void sandbox_remove_cgroup(sb_registry *reg, sandbox *sb);
 /* Reads the cgroup now (into *ret) and adds its memory to the sandbox's average, peak and
  * open usage windows. */
 int sandbox_sample_memory(sb_registry *reg, sandbox *sb, cgroup_sample *ret, cs_error **err);

@@ -408,6 +408,27 @@ class ProcessLimitTest(unittest.TestCase):
         out, err, done, _ = self.c.exec(sid, "echo", "still here")
         self.assertEqual((out, done.exit_code), (b"still here\n", 0), err)
 
+    def test_agent_makes_and_removes_the_cgroup(self):
+        """The agent makes the sandbox's cgroup with its limits (through libcgroup; runsc
+        only joins it, and so never removes it) and removes it when the sandbox is
+        destroyed, not a grace period later."""
+        sid = self.agent.new_sandbox(cpu_millis=500, memory_bytes=192 << 20)
+        base = f"/sys/fs/cgroup/%s{self.agent.cgroup_parent}/{sid}/%s"
+
+        def read(hier, name):
+            with open(base % (hier, name)) as f:
+                return f.read().strip()
+        self.assertEqual(read("cpu", "cpu.cfs_quota_us"), "50000")
+        self.assertEqual(read("cpu", "cpu.cfs_period_us"), "100000")
+        self.assertEqual(read("memory", "memory.limit_in_bytes"), str(192 << 20))
+        self.assertEqual(self.pids_file(sid, "pids.max"), str(4 * self.LIMIT + 256))
+        out, err, done, _ = self.c.exec(sid, "echo", "in")
+        self.assertEqual((out, done.exit_code), (b"in\n", 0), err)
+        self.c.DestroySandbox(self.c.pb.DestroySandboxRequest(ref=self.c.ref(sid)), timeout=30)
+        left = [d for d in glob.glob(f"/sys/fs/cgroup/*{self.agent.cgroup_parent}/{sid}")
+                if os.path.isdir(d)]
+        self.assertEqual(left, [])
+
     def test_exec_bursts_keep_host_tasks_bounded(self):
         """Ten bursts of 20 concurrent execs: the sandbox's host tasks (sentry threads and
         systrap stub processes, pids.current) follow the peak of concurrent processes, not

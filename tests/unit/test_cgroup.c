@@ -966,9 +966,10 @@ static void __attribute__((noreturn)) child_work(int release_fd)
         _exit(0);
 }
 
-/* The real tests' start: root (a fail in CI, a skip elsewhere), a v1 hierarchy (else a
- * skip), and the test's cpuacct and memory cgroups made (teardown_real removes them). */
-static void real_v1_start(real_cgroup *rc, cgroup_fs *fs)
+/* The real tests' start: root (a fail in CI, a skip elsewhere) and a v1 hierarchy (else a
+ * skip); real_v1_start also makes the test's cpuacct and memory cgroups (teardown_real
+ * removes them). */
+static void real_v1_fs(cgroup_fs *fs)
 {
         cs_error *err = NULL;
 
@@ -983,6 +984,11 @@ static void real_v1_start(real_cgroup *rc, cgroup_fs *fs)
                 skip();
         }
         assert_true(fs->libcgroup); /* what follows goes through libcgroup's mounts */
+}
+
+static void real_v1_start(real_cgroup *rc, cgroup_fs *fs)
+{
+        real_v1_fs(fs);
         if (mkdir(rc->cpuacct, 0755) < 0)
                 fail_msg("mkdir %s: %s", rc->cpuacct, strerror(errno));
         rc->made_cpuacct = true;
@@ -1030,6 +1036,67 @@ static void test_real_v1_remove(void **state)
         assert_int_equal(cgroup_remove(&fs, path, &err), 0);
         assert_int_equal(cgroup_remove(&fs, "/", &err), -1); /* never the root */
         cs_error_freep(&err);
+        cgroup_fs_free(&fs);
+}
+
+/* The first line of a cgroup file of the test's cgroup in hierarchy hier. */
+static void cgroup_file_is(const real_cgroup *rc, const char *hier, const char *name,
+                           const char *want)
+{
+        char path[192], buf[64] = "";
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/%s/%s", hier, rc->name, name);
+        f = fopen(path, "re");
+        if (!f)
+                fail_msg("%s: %s", path, strerror(errno));
+        if (!fgets(buf, sizeof(buf), f))
+                buf[0] = '\0';
+        fclose(f);
+        buf[strcspn(buf, "\n")] = '\0';
+        if (strcmp(buf, want) != 0)
+                fail_msg("%s is '%s', not '%s'", path, buf, want);
+}
+
+/* cgroup_create on the real hierarchy: the cgroup is made under every controller libcgroup
+ * lists but cpuset (runsc makes that one), with the limits in their v1 files; made again (a
+ * sandbox re-made) it takes the new limits; cgroup_remove takes it from everywhere. */
+static void test_real_v1_create(void **state)
+{
+        real_cgroup *rc = *state;
+        cgroup_limits lim = { .cpu_millis = 1500, .memory_bytes = 64 * MIB, .pids_max = 300 };
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char path[80], cpuset[128];
+
+        real_v1_fs(&fs);
+        snprintf(path, sizeof(path), "/%s", rc->name);
+        snprintf(cpuset, sizeof(cpuset), "/sys/fs/cgroup/cpuset/%s", rc->name);
+        if (cgroup_create(&fs, path, &lim, &err) != 1)
+                fail_msg("cgroup_create: %s", err ? err->msg : "not made");
+        rc->made_cpuacct = rc->made_memory = true; /* teardown's, should the test fail */
+        assert_int_equal(access(rc->cpuacct, F_OK), 0);
+        assert_int_equal(access(cpuset, F_OK), -1);
+        cgroup_file_is(rc, "cpu", "cpu.cfs_period_us", "100000");
+        cgroup_file_is(rc, "cpu", "cpu.cfs_quota_us", "150000");
+        cgroup_file_is(rc, "memory", "memory.limit_in_bytes", "67108864");
+        cgroup_file_is(rc, "pids", "pids.max", "300");
+
+        lim.memory_bytes = 32 * MIB;
+        assert_int_equal(cgroup_create(&fs, path, &lim, &err), 1);
+        cgroup_file_is(rc, "memory", "memory.limit_in_bytes", "33554432");
+
+        if (cgroup_remove(&fs, path, &err) < 0)
+                fail_msg("cgroup_remove: %s", err->msg);
+        rc->made_cpuacct = rc->made_memory = false;
+        assert_int_equal(access(rc->cpuacct, F_OK), -1);
+        assert_int_equal(access(rc->memory, F_OK), -1);
+        snprintf(cpuset, sizeof(cpuset), "/sys/fs/cgroup/pids/%s", rc->name);
+        assert_int_equal(access(cpuset, F_OK), -1);
+        /* A fake tree (no libcgroup) leaves the making to the runtime. */
+        fs.libcgroup = false;
+        assert_int_equal(cgroup_create(&fs, path, &lim, &err), 0);
+        assert_int_equal(access(rc->cpuacct, F_OK), -1);
         cgroup_fs_free(&fs);
 }
 
@@ -1351,6 +1418,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_no_fd_leaks, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_real_v1_cgroup, setup_real, teardown_real),
                 cmocka_unit_test_setup_teardown(test_real_v1_remove, setup_real, teardown_real),
+                cmocka_unit_test_setup_teardown(test_real_v1_create, setup_real, teardown_real),
                 /* Last: these run the process in a mount namespace of its own. */
                 cmocka_unit_test_setup_teardown(test_lib_v2_node, setup_ns, teardown_ns),
                 cmocka_unit_test_setup_teardown(test_lib_hybrid, setup_ns, teardown_ns),
