@@ -277,6 +277,24 @@ class SdkTest(unittest.TestCase):
         with self.assertRaises(DeadlineExceededError):
             self.sb.exec("sleep", ["30"], rpc_timeout=1)
 
+    # --- the README's example ---
+
+    def test_readme_example(self):
+        with open(os.path.join(SOURCE_DIR, "README.md")) as f:
+            readme = f.read()
+        block = readme.split("<!-- readme-sdk:begin -->")[1].split("<!-- readme-sdk:end -->")[0]
+        code = block.split("```python\n")[1].split("```")[0]
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                             text=True, timeout=300,
+                             env=dict(os.environ, COMPUTE_ADDR=self.fe.address)).stdout
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "0 45")
+        self.assertIn("ExecOutput(stream='stdout', data=b'one\\n')", lines[1])
+        self.assertTrue(lines[3].startswith("ExecCompletion(exit_code=0"), lines[3])
+        self.assertTrue(lines[4].startswith(f"{40 << 20} ['in', 'in/big.bin']"), lines[4])
+        self.assertTrue(lines[5].startswith("NOT_FOUND "), lines[5])
+        self.assertTrue(lines[6].endswith("ms of CPU so far"), lines[6])
+
     # --- installing ---
 
     def test_pip_install(self):
