@@ -46,6 +46,10 @@ struct cs_reflection {
         size_t n_exts, cap_exts;
         char **services; /* sorted */
         size_t n_services, cap_services;
+        /* The list_services answer, the same for every request: built once. */
+        Grpc__Reflection__V1__ListServiceResponse list;
+        Grpc__Reflection__V1__ServiceResponse *service_items;
+        Grpc__Reflection__V1__ServiceResponse **service_ptrs;
         rpc_bidi_method methods[2];
 };
 
@@ -225,6 +229,20 @@ static int cmp_string(const void *a, const void *b)
         return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static void build_service_list(cs_reflection *r)
+{
+        grpc__reflection__v1__list_service_response__init(&r->list);
+        r->service_items = cs_xcalloc(r->n_services + 1, sizeof(*r->service_items));
+        r->service_ptrs = cs_xcalloc(r->n_services + 1, sizeof(*r->service_ptrs));
+        for (size_t i = 0; i < r->n_services; i++) {
+                grpc__reflection__v1__service_response__init(&r->service_items[i]);
+                r->service_items[i].name = r->services[i];
+                r->service_ptrs[i] = &r->service_items[i];
+        }
+        r->list.service = r->service_ptrs;
+        r->list.n_service = r->n_services;
+}
+
 cs_reflection *cs_reflection_new(const uint8_t *set, size_t len, cs_error **err)
 {
         cs_reflection *r = cs_xcalloc(1, sizeof(*r));
@@ -238,6 +256,7 @@ cs_reflection *cs_reflection_new(const uint8_t *set, size_t len, cs_error **err)
                 goto fail;
         qsort(r->symbols, r->n_symbols, sizeof(*r->symbols), cmp_symbol);
         qsort(r->services, r->n_services, sizeof(*r->services), cmp_string);
+        build_service_list(r);
         return r;
 fail:
         cs_reflection_free(r);
@@ -265,6 +284,8 @@ void cs_reflection_free(cs_reflection *r)
         free(r->symbols);
         free(r->exts);
         free(r->services);
+        free(r->service_items);
+        free(r->service_ptrs);
         free(r);
 }
 
@@ -305,14 +326,44 @@ const char *cs_reflection_service(const cs_reflection *r, size_t i)
         return i < r->n_services ? r->services[i] : NULL;
 }
 
-/* True when type names a message of the set (a symbol that is not a field, enum or the
- * like cannot be told apart here, and need not be: the protocol asks for a known type). */
-static bool known_type(const cs_reflection *r, const char *type)
+/* --- answering ------------------------------------------------------------------------- */
+
+/* One answer and everything it points to that is not the index's: freed once it is sent
+ * (rpc_call_send encodes before it returns), so a stream holds one answer at a time however
+ * many requests it makes. */
+typedef struct refl_answer {
+        refl_response resp;
+        Grpc__Reflection__V1__ErrorResponse error;
+        Grpc__Reflection__V1__FileDescriptorResponse files;
+        Grpc__Reflection__V1__ExtensionNumberResponse numbers;
+        char *error_message;
+        bool *seen;
+        size_t *order;
+} refl_answer;
+
+static void answer_clear(refl_answer *a)
 {
-        return cs_reflection_file_by_symbol(r, type) >= 0;
+        free(a->error_message);
+        free(a->files.file_descriptor_proto);
+        free(a->numbers.extension_number);
+        free(a->seen);
+        free(a->order);
 }
 
-/* --- answering ------------------------------------------------------------------------- */
+/* Names from the request are cut in the message: it echoes them, and they are the client's. */
+#define REFL_NAME_IN_ERROR_MAX 256
+
+static void answer_error(refl_answer *a, grpc_status_code code, const char *what, const char *name)
+{
+        a->error_message =
+                name ? cs_xasprintf("%s not found: %.*s", what, REFL_NAME_IN_ERROR_MAX, name)
+                     : cs_xstrdup(what);
+        a->error.error_code = code;
+        a->error.error_message = a->error_message;
+        a->resp.message_response_case =
+                GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_ERROR_RESPONSE;
+        a->resp.error_response = &a->error;
+}
 
 /* Appends file i and, depth first, every file it imports that is not listed yet. */
 static void collect_file(const cs_reflection *r, size_t i, bool *seen, size_t *order, size_t *n)
@@ -325,137 +376,101 @@ static void collect_file(const cs_reflection *r, size_t i, bool *seen, size_t *o
                 collect_file(r, r->files[i].deps[d], seen, order, n);
 }
 
-static void answer_error(refl_response *resp, rpc_call *call, grpc_status_code code,
-                         const char *msg)
+/* The file (with its imports), or NOT_FOUND naming what was asked. */
+static void answer_file(const cs_reflection *r, refl_answer *a, ssize_t file, const char *what,
+                        const char *name)
 {
-        Grpc__Reflection__V1__ErrorResponse *e = rpc_call_alloc(call, sizeof(*e));
-
-        grpc__reflection__v1__error_response__init(e);
-        e->error_code = code;
-        e->error_message = rpc_call_strdup(call, msg);
-        resp->message_response_case =
-                GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_ERROR_RESPONSE;
-        resp->error_response = e;
-}
-
-static void answer_file(const cs_reflection *r, refl_response *resp, rpc_call *call, ssize_t file,
-                        const char *what, const char *name)
-{
-        Grpc__Reflection__V1__FileDescriptorResponse *fr;
-        _cleanup_free_ char *msg = NULL;
-        bool *seen;
-        size_t *order, n = 0;
+        size_t n = 0;
 
         if (file < 0) {
-                msg = cs_xasprintf("%s not found: %s", what, name);
-                answer_error(resp, call, GRPC_STATUS_NOT_FOUND, msg);
+                answer_error(a, GRPC_STATUS_NOT_FOUND, what, name);
                 return;
         }
-        seen = rpc_call_alloc(call, r->n_files * sizeof(*seen));
-        order = rpc_call_alloc(call, r->n_files * sizeof(*order));
-        collect_file(r, (size_t)file, seen, order, &n);
-        fr = rpc_call_alloc(call, sizeof(*fr));
-        grpc__reflection__v1__file_descriptor_response__init(fr);
-        fr->file_descriptor_proto = rpc_call_alloc(call, n * sizeof(ProtobufCBinaryData));
+        a->seen = cs_xcalloc(r->n_files, sizeof(*a->seen));
+        a->order = cs_xcalloc(r->n_files, sizeof(*a->order));
+        collect_file(r, (size_t)file, a->seen, a->order, &n);
+        a->files.file_descriptor_proto = cs_xcalloc(n, sizeof(ProtobufCBinaryData));
         for (size_t i = 0; i < n; i++)
-                fr->file_descriptor_proto[i] =
-                        (ProtobufCBinaryData){ .len = r->files[order[i]].len,
-                                               .data = (uint8_t *)r->files[order[i]].data };
-        fr->n_file_descriptor_proto = n;
-        resp->message_response_case =
+                a->files.file_descriptor_proto[i] = (ProtobufCBinaryData){
+                        .len = r->files[a->order[i]].len,
+                        .data = (uint8_t *)r->files[a->order[i]].data,
+                };
+        a->files.n_file_descriptor_proto = n;
+        a->resp.message_response_case =
                 GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_FILE_DESCRIPTOR_RESPONSE;
-        resp->file_descriptor_response = fr;
+        a->resp.file_descriptor_response = &a->files;
 }
 
-static void answer_services(const cs_reflection *r, refl_response *resp, rpc_call *call)
+static void answer_extension_numbers(const cs_reflection *r, refl_answer *a, const char *type)
 {
-        Grpc__Reflection__V1__ListServiceResponse *l = rpc_call_alloc(call, sizeof(*l));
-
-        grpc__reflection__v1__list_service_response__init(l);
-        l->service = rpc_call_alloc(call, (r->n_services + 1) * sizeof(*l->service));
-        for (size_t i = 0; i < r->n_services; i++) {
-                Grpc__Reflection__V1__ServiceResponse *s = rpc_call_alloc(call, sizeof(*s));
-                grpc__reflection__v1__service_response__init(s);
-                s->name = r->services[i];
-                l->service[i] = s;
-        }
-        l->n_service = r->n_services;
-        resp->message_response_case =
-                GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_LIST_SERVICES_RESPONSE;
-        resp->list_services_response = l;
-}
-
-static void answer_extension_numbers(const cs_reflection *r, refl_response *resp, rpc_call *call,
-                                     const char *type)
-{
-        Grpc__Reflection__V1__ExtensionNumberResponse *en;
-        _cleanup_free_ char *msg = NULL;
-
-        if (!known_type(r, type)) {
-                msg = cs_xasprintf("type not found: %s", type);
-                answer_error(resp, call, GRPC_STATUS_NOT_FOUND, msg);
+        /* Any symbol of the set is taken for a type: what is not a message has no extensions
+         * either, and the protocol asks only for NOT_FOUND on unknown names. */
+        if (cs_reflection_file_by_symbol(r, type) < 0) {
+                answer_error(a, GRPC_STATUS_NOT_FOUND, "type", type);
                 return;
         }
-        en = rpc_call_alloc(call, sizeof(*en));
-        grpc__reflection__v1__extension_number_response__init(en);
-        en->base_type_name = (char *)type;
-        en->extension_number = rpc_call_alloc(call, (r->n_exts + 1) * sizeof(int32_t));
+        a->numbers.base_type_name = (char *)type;
+        a->numbers.extension_number = cs_xcalloc(r->n_exts + 1, sizeof(int32_t));
         for (size_t i = 0; i < r->n_exts; i++)
                 if (strcmp(r->exts[i].extendee, type) == 0)
-                        en->extension_number[en->n_extension_number++] = r->exts[i].number;
-        resp->message_response_case =
+                        a->numbers.extension_number[a->numbers.n_extension_number++] =
+                                r->exts[i].number;
+        a->resp.message_response_case =
                 GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_ALL_EXTENSION_NUMBERS_RESPONSE;
-        resp->all_extension_numbers_response = en;
+        a->resp.all_extension_numbers_response = &a->numbers;
 }
 
-static void answer(const cs_reflection *r, const refl_request *req, refl_response *resp,
-                   rpc_call *call)
+static void answer(cs_reflection *r, const refl_request *req, refl_answer *a)
 {
         const Grpc__Reflection__V1__ExtensionRequest *ext = req->file_containing_extension;
         _cleanup_free_ char *ext_name = NULL;
 
-        resp->valid_host = req->host;
-        resp->original_request = (refl_request *)req;
+        a->resp.valid_host = req->host;
+        a->resp.original_request = (refl_request *)req;
         switch (req->message_request_case) {
         case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_BY_FILENAME:
-                answer_file(r, resp, call, cs_reflection_file_by_name(r, req->file_by_filename),
-                            "file", req->file_by_filename);
+                answer_file(r, a, cs_reflection_file_by_name(r, req->file_by_filename), "file",
+                            req->file_by_filename);
                 break;
         case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_CONTAINING_SYMBOL:
-                answer_file(r, resp, call,
-                            cs_reflection_file_by_symbol(r, req->file_containing_symbol), "symbol",
-                            req->file_containing_symbol);
+                answer_file(r, a, cs_reflection_file_by_symbol(r, req->file_containing_symbol),
+                            "symbol", req->file_containing_symbol);
                 break;
         case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_CONTAINING_EXTENSION:
-                ext_name = cs_xasprintf("%s(%d)", ext->containing_type, ext->extension_number);
-                answer_file(r, resp, call,
+                ext_name = cs_xasprintf("%.*s(%d)", REFL_NAME_IN_ERROR_MAX, ext->containing_type,
+                                        ext->extension_number);
+                answer_file(r, a,
                             cs_reflection_file_by_extension(r, ext->containing_type,
                                                             ext->extension_number),
                             "extension", ext_name);
                 break;
         case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_ALL_EXTENSION_NUMBERS_OF_TYPE:
-                answer_extension_numbers(r, resp, call, req->all_extension_numbers_of_type);
+                answer_extension_numbers(r, a, req->all_extension_numbers_of_type);
                 break;
         case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_LIST_SERVICES:
-                answer_services(r, resp, call);
+                a->resp.message_response_case =
+                        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_LIST_SERVICES_RESPONSE;
+                a->resp.list_services_response = &r->list;
                 break;
         default:
-                answer_error(resp, call, GRPC_STATUS_INVALID_ARGUMENT,
-                             "the request sets none of the requests this server knows");
+                answer_error(a, GRPC_STATUS_INVALID_ARGUMENT,
+                             "the request sets none of the requests this server knows", NULL);
                 break;
         }
 }
 
-/* One stream: a response for each request, until the client closes its side. The answers
- * point into the call's arena, freed when the call ends: a stream's memory grows with its
- * requests, which is why they are capped. */
+/* One stream: an answer for each request, until the client closes its side. */
 static int reflection_info(rpc_call *call, void *userdata, cs_error **err)
 {
-        const cs_reflection *r = userdata;
+        cs_reflection *r = userdata;
 
         for (unsigned n = 0;; n++) {
                 ProtobufCMessage *msg = NULL;
-                refl_response resp;
+                refl_answer a = { .resp = GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__INIT,
+                                  .error = GRPC__REFLECTION__V1__ERROR_RESPONSE__INIT,
+                                  .files = GRPC__REFLECTION__V1__FILE_DESCRIPTOR_RESPONSE__INIT,
+                                  .numbers =
+                                          GRPC__REFLECTION__V1__EXTENSION_NUMBER_RESPONSE__INIT };
                 int rc = rpc_call_recv(call, CS_REFLECTION_MAX_REQUEST_BYTES, &msg, err);
 
                 if (rc <= 0)
@@ -466,9 +481,9 @@ static int reflection_info(rpc_call *call, void *userdata, cs_error **err)
                                             "more than %d requests on one reflection stream",
                                             CS_REFLECTION_MAX_REQUESTS_PER_STREAM);
                 }
-                grpc__reflection__v1__server_reflection_response__init(&resp);
-                answer(r, (const refl_request *)msg, &resp, call);
-                rc = rpc_call_send(call, &resp.base, err);
+                answer(r, (const refl_request *)msg, &a);
+                rc = rpc_call_send(call, &a.resp.base, err);
+                answer_clear(&a);
                 protobuf_c_message_free_unpacked(msg, NULL);
                 if (rc < 0)
                         return -1;
