@@ -254,8 +254,12 @@ cs_reflection *cs_reflection_new(const uint8_t *set, size_t len, cs_error **err)
                         goto fail;
         if (resolve_deps(r, err) < 0)
                 goto fail;
-        qsort(r->symbols, r->n_symbols, sizeof(*r->symbols), cmp_symbol);
-        qsort(r->services, r->n_services, sizeof(*r->services), cmp_string);
+        /* qsort and bsearch want an array even when there is nothing (UBSan holds them to
+         * it): a set without services has none. */
+        if (r->n_symbols)
+                qsort(r->symbols, r->n_symbols, sizeof(*r->symbols), cmp_symbol);
+        if (r->n_services)
+                qsort(r->services, r->n_services, sizeof(*r->services), cmp_string);
         build_service_list(r);
         return r;
 fail:
@@ -302,8 +306,9 @@ ssize_t cs_reflection_file_by_name(const cs_reflection *r, const char *name)
 ssize_t cs_reflection_file_by_symbol(const cs_reflection *r, const char *symbol)
 {
         refl_symbol key = { .name = (char *)symbol };
-        const refl_symbol *s =
-                bsearch(&key, r->symbols, r->n_symbols, sizeof(*r->symbols), cmp_symbol);
+        const refl_symbol *s = r->n_symbols ? bsearch(&key, r->symbols, r->n_symbols,
+                                                      sizeof(*r->symbols), cmp_symbol)
+                                            : NULL;
 
         return s ? (ssize_t)s->file : -1;
 }

@@ -61,10 +61,13 @@ class SdkTest(unittest.TestCase):
             cls.client.close()
             rc = cls.fe.stop()
             log = cls.fe.log()
+            report = cls.fe.sanitizer_report()
             os.unlink(cls.fe.log_path)
             arc, tail = cls.agent.cleanup()
         if rc != 0 or arc != 0:
             raise AssertionError(f"frontend exited {rc}, agent {arc}:\n{log[-3000:]}\n{tail}")
+        if report:
+            raise AssertionError("frontend sanitizer report:\n" + report)
 
     # --- lifecycle and the context manager ---
 
