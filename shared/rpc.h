@@ -1,8 +1,9 @@
 /* A small RPC layer over the gRPC core C API and protobuf-c.
  *
- * Server: a table of methods (unary or server-streaming) with a handler each. Every accepted
- * call runs its handler on a thread of its own, so a handler is plain blocking code: it gets
- * the decoded request and returns a response or an error. A streaming handler sends with
+ * Server: a table of methods (unary or server-streaming; bidirectional ones are registered
+ * apart, see rpc_bidi_method) with a handler each. Every accepted call runs its handler on a
+ * thread of its own, so a handler is plain blocking code: it gets the decoded request and
+ * returns a response or an error. A streaming handler sends with
  * rpc_call_send(), which blocks until the transport has taken the previous message: gRPC
  * flow control then holds back a producer that outruns its reader, and no queue grows
  * without bound.
