@@ -72,10 +72,13 @@ class SdkTest(unittest.TestCase):
     # --- lifecycle and the context manager ---
 
     def test_context_manager_creates_and_destroys(self):
-        with Sandbox.create(tenant(), client=self.client) as sb:
+        with Sandbox.create(tenant(), client=self.client, cpu_millis=500,
+                            memory_bytes=256 * MIB, max_runtime_s=300,
+                            mount_path="/work") as sb:
             self.assertEqual(sb.status, SandboxStatus.STARTING)
             r = sb.exec("python3", ["-c", "print(6 * 7)"])  # waits for READY on the server
             self.assertEqual((r.exit_code, r.stdout, r.stderr), (0, b"42\n", b""))
+            self.assertEqual(sb.exec("pwd").stdout, b"/work\n")  # the mount_path given
             self.assertTrue(r.ok)
             info = sb.describe()
             self.assertEqual((info.sandbox_id, info.status), (sb.id, SandboxStatus.READY))
@@ -257,6 +260,10 @@ class SdkTest(unittest.TestCase):
             Sandbox.connect("not-a-uuid", client=self.client)
         with self.assertRaises(InvalidArgumentError):
             Sandbox.create("", client=self.client)
+        with self.assertRaises(InvalidArgumentError):
+            Sandbox.create(tenant(), client=self.client, cpu_millis=10)  # below 50 m
+        with self.assertRaises(InvalidArgumentError):
+            Sandbox.create(tenant(), client=self.client, image="no-such-image:1")
         with self.assertRaises(InvalidArgumentError):
             self.sb.exec("echo", "one string")  # args must be a list
 
