@@ -7,6 +7,8 @@ answers and the stream's bounds.
 Usage: test_reflection.py BUILD_DIR [unittest args]"""
 import os
 import sys
+import threading
+import time
 import unittest
 import uuid
 
@@ -208,6 +210,33 @@ class ReflectionTest(unittest.TestCase):
         self.assertEqual(self.error_of(unknown), NOT_FOUND)
         self.assertEqual(self.error_of(missing), NOT_FOUND)
         self.assertEqual(missing.original_request.file_containing_extension, ext)
+
+    def test_client_cancel_mid_stream_frees_the_handler(self):
+        """A client that goes away without closing its side: the handler waiting for its next
+        request sees the cancel and ends (its thread gone, the server serving)."""
+        before = self.fe.thread_count()
+        release = threading.Event()
+
+        def requests():
+            yield V1.ServerReflectionRequest(list_services="")
+            release.wait(30)  # the stream stays open, no half-close
+
+        calls = [self.info()(requests(), timeout=60) for _ in range(8)]
+        for call in calls:
+            self.assertEqual(len(next(call).list_services_response.service), len(SERVICES))
+        self.assertGreaterEqual(self.fe.thread_count(), before + 8)
+        for call in calls:
+            call.cancel()
+        release.set()
+        # gRPC's own pools may keep a thread or two for a while (as in test_frontend.py); 8
+        # handler threads left behind would not fit that slack.
+        deadline = time.monotonic() + 20
+        while self.fe.thread_count() > before + 2:
+            self.assertLess(time.monotonic(), deadline,
+                            f"threads left: {self.fe.thread_count()} > {before} + 2: "
+                            f"{self.fe.thread_names()}")
+            time.sleep(0.1)
+        self.assertEqual(len(self.ask(V1.ServerReflectionRequest(list_services=""))), 1)
 
     # --- bounds ---
 
