@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from types import TracebackType
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Type, Union
 
@@ -277,15 +278,18 @@ class Sandbox:
 
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
-        """Destroys the sandbox and closes its own client. When the block raised, a failing
-        destroy does not hide that exception (it is chained to it instead)."""
+        """Destroys the sandbox and closes its own client. When the block raised, a destroy
+        that fails too does not replace the block's exception: it is reported as a
+        RuntimeWarning (the sandbox then ends at its max_runtime)."""
         try:
             if self._destroyed is None:
                 try:
                     self.destroy()
-                except Exception:
+                except Exception as e:
                     if exc is None:
                         raise
+                    warnings.warn(f"sandbox {self.id} not destroyed: {e}", RuntimeWarning,
+                                  stacklevel=2)
         finally:
             self.close()
 
