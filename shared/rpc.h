@@ -207,7 +207,9 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg, cs_error **err);
  * way. Returns 1 with *ret_msg (the caller frees it with protobuf_c_message_free_unpacked),
  * 0 once the client has closed its side, -1 with CANCELLED or DEADLINE_EXCEEDED when the
  * call ended, RESOURCE_EXHAUSTED for a request over max_bytes (the server's message cap
- * applies before), INVALID_ARGUMENT for one that does not decode. */
+ * applies before), INVALID_ARGUMENT for one that does not decode. A cancel that gRPC reports
+ * to the read before the call's close op may come back as 0: either way the handler should
+ * return, and the layer ends a cancelled call as cancelled. */
 int rpc_call_recv(rpc_call *call, size_t max_bytes, ProtobufCMessage **ret_msg, cs_error **err);
 
 /* Zeroed memory and string copies that live until the call ends. Never NULL. */
