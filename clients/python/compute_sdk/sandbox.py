@@ -5,7 +5,7 @@ import time
 import uuid
 import warnings
 from types import TracebackType
-from typing import Callable, Iterator, Mapping, Optional, Sequence, Type, Union
+from typing import BinaryIO, Callable, Iterator, Mapping, Optional, Sequence, Type, Union
 
 import grpc
 
@@ -76,22 +76,17 @@ class Files:
     def _timeout(self, timeout: Optional[float]) -> float:
         return timeout if timeout is not None else self._sb.client.timeouts.file_call
 
-    def read(self, path: str, *, offset: int = 0, length: Optional[int] = None,
-             timeout: Optional[float] = None) -> bytes:
-        """Reads the file at path: all of it, or `length` bytes from `offset`.
-
-        Files over 16 MiB are read in 16 MiB calls; timeout is each call's deadline. The
-        reads are not one snapshot: a file whose size changes between them raises
-        AbortedError. NotFoundError for a missing file, FailedPreconditionError for a
-        directory."""
+    def _chunks(self, path: str, offset: int, length: Optional[int],
+                timeout: Optional[float]) -> Iterator[bytes]:
+        """The file's bytes from offset (length of them, or to its end), one call's worth at
+        a time."""
         if offset < 0 or (length is not None and length < 0):
             raise InvalidArgumentError("offset and length must not be negative")
-        out = bytearray()
         size: Optional[int] = None
-        pos = offset
-        while length is None or len(out) < length:
+        pos, done = offset, 0
+        while length is None or done < length:
             want = MAX_DATA_PER_CALL if length is None else min(MAX_DATA_PER_CALL,
-                                                                 length - len(out))
+                                                                 length - done)
             resp = self._sb.client.call("ReadFile", compute_pb2.ReadFileRequest(
                 sandbox_id=self._sb.id, path=path, offset=pos, max_bytes=want),
                 self._timeout(timeout))
@@ -99,17 +94,56 @@ class Files:
                 raise AbortedError(f"{path} changed size while it was read ({size} -> "
                                    f"{resp.total_size} bytes)")
             size = resp.total_size
-            out += resp.data
             pos += len(resp.data)
+            done += len(resp.data)
+            if resp.data:
+                yield resp.data
             if resp.eof:
-                break
+                return
             if not resp.data:
                 raise InternalError(f"ReadFile of {path} returned no data before its end")
-        return bytes(out)
+
+    def read(self, path: str, *, offset: int = 0, length: Optional[int] = None,
+             timeout: Optional[float] = None) -> bytes:
+        """Reads the file at path: all of it, or `length` bytes from `offset`.
+
+        Files over 16 MiB are read in 16 MiB calls; timeout is each call's deadline. The
+        reads are not one snapshot: a file whose size changes between them raises
+        AbortedError. NotFoundError for a missing file, FailedPreconditionError for a
+        directory. For files too big to hold in memory, see download()."""
+        return b"".join(self._chunks(path, offset, length, timeout))
+
+    def download(self, path: str, dest: BinaryIO, *, timeout: Optional[float] = None) -> int:
+        """Copies the file at path into the binary file object dest, 16 MiB at a time (the
+        whole file never sits in memory); returns the bytes copied. Errors as for read()."""
+        n = 0
+        for chunk in self._chunks(path, 0, None, timeout):
+            dest.write(chunk)
+            n += len(chunk)
+        return n
 
     def read_text(self, path: str, encoding: str = "utf-8", **kw: object) -> str:
         """read() decoded (strictly: undecodable bytes raise UnicodeDecodeError)."""
         return self.read(path, **kw).decode(encoding)  # type: ignore[arg-type]
+
+    def _put(self, path: str, chunks: Iterator[bytes], append: bool, mode: int,
+             timeout: Optional[float], total: Optional[int]) -> int:
+        """Writes the chunks (each at most 16 MiB; at least one, maybe empty): the first
+        replaces the file unless append, the others append."""
+        written = 0
+        for i, chunk in enumerate(chunks):
+            try:
+                resp = self._sb.client.call("WriteFile", compute_pb2.WriteFileRequest(
+                    sandbox_id=self._sb.id, path=path, data=chunk, append=append or i > 0,
+                    mode=mode), self._timeout(timeout))
+            except ComputeError as e:
+                if written:
+                    of = f" of {total}" if total is not None else ""
+                    e.details = f"{e.details} (after {written}{of} bytes written)"
+                    e.args = (f"{e.code.name}: {e.details}",)
+                raise
+            written += resp.bytes_written
+        return written
 
     def write(self, path: str, data: Union[bytes, bytearray, memoryview, str], *,
               append: bool = False, mode: int = 0, timeout: Optional[float] = None) -> int:
@@ -122,22 +156,22 @@ class Files:
         failure part way leaves the first chunks (the error says how far it got). mode
         applies to a new file (0: the server's default, 0644). timeout is each call's."""
         buf = memoryview(data.encode() if isinstance(data, str) else data).cast("B")
-        written = 0
-        first = True
-        while first or written < len(buf):
-            chunk = buf[written:written + MAX_DATA_PER_CALL]
-            try:
-                resp = self._sb.client.call("WriteFile", compute_pb2.WriteFileRequest(
-                    sandbox_id=self._sb.id, path=path, data=bytes(chunk),
-                    append=append or not first, mode=mode), self._timeout(timeout))
-            except ComputeError as e:
-                if written:
-                    e.details = f"{e.details} (after {written} of {len(buf)} bytes written)"
-                    e.args = (f"{e.code.name}: {e.details}",)
-                raise
-            written += resp.bytes_written
-            first = False
-        return written
+        chunks = (bytes(buf[i:i + MAX_DATA_PER_CALL])
+                  for i in range(0, max(len(buf), 1), MAX_DATA_PER_CALL))
+        return self._put(path, chunks, append, mode, timeout, len(buf))
+
+    def upload(self, path: str, src: BinaryIO, *, append: bool = False, mode: int = 0,
+               timeout: Optional[float] = None) -> int:
+        """Writes what the binary file object src reads, to its end, to path, 16 MiB at a
+        time (never all of it in memory); returns the bytes written. As write() otherwise."""
+        def chunks() -> Iterator[bytes]:
+            chunk = src.read(MAX_DATA_PER_CALL)
+            yield chunk  # even empty: the file is made (or emptied)
+            while chunk:
+                chunk = src.read(MAX_DATA_PER_CALL)
+                if chunk:
+                    yield chunk
+        return self._put(path, chunks(), append, mode, timeout, None)
 
     def list(self, path: str = "", *, recursive: bool = False, max_entries: int = 0,
              timeout: Optional[float] = None) -> FileListing:

@@ -5,6 +5,7 @@ own fixtures.
 Usage: test_sdk.py BUILD_DIR SOURCE_DIR [unittest args]
 PYTHONPATH: clients/python, build/python, tests/e2e and tests/integration (tests/CMakeLists.txt)."""
 import hashlib
+import io
 import os
 import shutil
 import socket
@@ -198,6 +199,20 @@ class SdkTest(unittest.TestCase):
         listing = self.sb.files.list("big")
         self.assertEqual([(e.path, e.size) for e in listing if e.path == path[4:]],
                          [(path[4:], 57 * MIB)])
+
+    def test_upload_and_download_file_objects(self):
+        data = os.urandom(33 * MIB + 5)
+        path = f"up/{uuid.uuid4().hex[:8]}.bin"
+        self.assertEqual(self.sb.files.upload(path, io.BytesIO(data)), len(data))
+        out = io.BytesIO()
+        self.assertEqual(self.sb.files.download(path, out), len(data))
+        self.assertTrue(out.getvalue() == data)
+        self.assertEqual(self.sb.files.upload(path, io.BytesIO(b"")), 0)  # emptied
+        self.assertEqual(self.sb.files.read(path), b"")
+        self.assertEqual(self.sb.files.upload(path, io.BytesIO(b"tail"), append=True), 4)
+        self.assertEqual(self.sb.files.read(path), b"tail")
+        with self.assertRaises(NotFoundError):
+            self.sb.files.download("no/such/file", io.BytesIO())
 
     def test_read_of_16_mib_needs_the_raised_receive_limit(self):
         """docs/api.md: a default grpcio channel cannot take a 16 MiB ReadFile; the SDK's can."""
