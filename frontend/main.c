@@ -13,6 +13,7 @@
 #include "daemon.h"
 #include "metrics.h"
 #include "health.h"
+#include "reflection.h"
 #include "scheduler.h"
 #include "seccomp_filter.h"
 #include "service.h"
@@ -107,7 +108,8 @@ static const cs_option options[] = {
 
 static const cs_program program = {
         .name = "compute-frontend",
-        .summary = "Serves the compute.v1.ComputeService gRPC API and grpc.health.v1.Health, "
+        .summary = "Serves the compute.v1.ComputeService gRPC API, grpc.health.v1.Health and "
+                   "server reflection (grpc.reflection.v1 and v1alpha), "
                    "scheduling sandboxes on the node agents given by --agents (--scheduler "
                    "local) or as gVisor pods through the Kubernetes API server (--scheduler "
                    "kube). With --mode gc it runs one pass of the workspace PVC GC instead.",
@@ -209,6 +211,7 @@ int main(int argc, char **argv)
         scheduler *sched = NULL;
         rpc_server *srv = NULL;
         cs_share *tenant_share = NULL;
+        cs_reflection *reflection = NULL;
         int r;
 
         cs_signals_block();
@@ -243,7 +246,11 @@ int main(int argc, char **argv)
                 return 1;
         }
         rpc_global_init();
-        sched = scheduler_new(&err);
+        /* The embedded descriptors are indexed before anything starts: a build that embedded
+         * a broken set fails here, at once. */
+        reflection =
+                cs_reflection_new(cs_reflection_descriptors, cs_reflection_descriptors_len, &err);
+        sched = reflection ? scheduler_new(&err) : NULL;
         if (sched)
                 srv = cs_daemon_server_new(&cfg, services, &err);
         if (srv) {
@@ -253,7 +260,8 @@ int main(int argc, char **argv)
                                        .default_image = sandbox_image,
                                        .agent_timeout_ms = agent_timeout_ms,
                                        .wait_ready_ms = wait_ready_ms };
-                if (frontend_service_register(srv, &s, &err) < 0) {
+                if (frontend_service_register(srv, &s, &err) < 0 ||
+                    cs_reflection_register(srv, reflection, &err) < 0) {
                         rpc_server_free(srv);
                         srv = NULL;
                 }
@@ -273,6 +281,7 @@ int main(int argc, char **argv)
         if (sched)
                 sched->ops->free(sched);
         cs_share_free(tenant_share);
+        cs_reflection_free(reflection); /* after the server, freed by cs_daemon_serve */
         rpc_global_shutdown();
         cs_config_free(&program);
         return err ? 1 : 0;

@@ -18,7 +18,9 @@ CS_PACKAGES=(
 CS_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 # A real Prometheus server (and promtool) for integration.metrics and the deploy/ rule checks:
 # test-only too.
-CS_TEST_PACKAGES=(prometheus)
+# pip, setuptools and wheel: clients.python_sdk installs the Python SDK offline
+# (pip install --no-build-isolation ./clients/python).
+CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel)
 
 # runsc comes from Debian 13 (trixie): Debian 12's (2022-12) fails statx inside the sandbox
 # (`ls -l` gets EINVAL) and runs on the slow ptrace platform. Debian 13's is one static binary

@@ -1,8 +1,9 @@
 /* A small RPC layer over the gRPC core C API and protobuf-c.
  *
- * Server: a table of methods (unary or server-streaming) with a handler each. Every accepted
- * call runs its handler on a thread of its own, so a handler is plain blocking code: it gets
- * the decoded request and returns a response or an error. A streaming handler sends with
+ * Server: a table of methods (unary or server-streaming; bidirectional ones are registered
+ * apart, see rpc_bidi_method) with a handler each. Every accepted call runs its handler on a
+ * thread of its own, so a handler is plain blocking code: it gets the decoded request and
+ * returns a response or an error. A streaming handler sends with
  * rpc_call_send(), which blocks until the transport has taken the previous message: gRPC
  * flow control then holds back a producer that outruns its reader, and no queue grows
  * without bound.
@@ -81,6 +82,20 @@ typedef struct rpc_method {
         const char *request_bytes_field;
 } rpc_method;
 
+/* A bidirectional-streaming method (registered with rpc_server_add_bidi_method): no request
+ * is read for it; its handler reads each with rpc_call_recv(), answers with rpc_call_send(),
+ * and returns as a streaming handler does (0: the call ends with OK; -1 with *err: with that
+ * status). */
+typedef int (*rpc_bidi_fn)(rpc_call *call, void *userdata, cs_error **err);
+
+typedef struct rpc_bidi_method {
+        const char *path; /* "/package.Service/Method" */
+        const ProtobufCMessageDescriptor *request;
+        const ProtobufCMessageDescriptor *response;
+        rpc_bidi_fn handler;
+        void *userdata;
+} rpc_bidi_method;
+
 /* Bytes of a message kept in the slices they arrived in (reference counted, never copied):
  * `iov` views them for writev(2), `slices` hands them on (rpc_call_options.bytes, which
  * sends slices.length bytes). */
@@ -117,6 +132,9 @@ rpc_server *rpc_server_new(const rpc_server_options *opts);
 
 /* Registers a method. The method struct must outlive the server (use static tables). */
 int rpc_server_add_method(rpc_server *srv, const rpc_method *method, cs_error **err);
+
+/* Registers a bidirectional method, as rpc_server_add_method() does. */
+int rpc_server_add_bidi_method(rpc_server *srv, const rpc_bidi_method *method, cs_error **err);
 
 /* Binds the listen address and starts serving. INVALID_ARGUMENT for bad TLS material (see
  * rpc_tls_check_pem), UNAVAILABLE when the address cannot be bound. */
@@ -183,6 +201,16 @@ grpc_status_code rpc_call_cancel_status(rpc_call *call);
  * the call ended first, with RESOURCE_EXHAUSTED when the message is over the size cap. The
  * caller keeps `msg` (it is encoded before this returns). */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg, cs_error **err);
+
+/* Bidirectional handlers: reads the next request (of the method's request type). Waits for
+ * the message sent last to be taken first, so that one message at most is in flight either
+ * way. Returns 1 with *ret_msg (the caller frees it with protobuf_c_message_free_unpacked),
+ * 0 once the client has closed its side, -1 with CANCELLED or DEADLINE_EXCEEDED when the
+ * call ended, RESOURCE_EXHAUSTED for a request over max_bytes (the server's message cap
+ * applies before), INVALID_ARGUMENT for one that does not decode. A cancel that gRPC reports
+ * to the read before the call's close op may come back as 0: either way the handler should
+ * return, and the layer ends a cancelled call as cancelled. */
+int rpc_call_recv(rpc_call *call, size_t max_bytes, ProtobufCMessage **ret_msg, cs_error **err);
 
 /* Zeroed memory and string copies that live until the call ends. Never NULL. */
 void *rpc_call_alloc(rpc_call *call, size_t size);

@@ -29,6 +29,10 @@
 
 typedef struct srv_method {
         const rpc_method *m;
+        /* A bidirectional method: its handler, and `m` points at `own` (path, types and
+         * userdata; neither unary nor stream). NULL for the others. */
+        const rpc_bidi_method *bidi;
+        rpc_method own;
         rpc_server *srv;
         void *handle; /* from grpc_server_register_method */
         rpc_tag accept_tag;
@@ -495,6 +499,39 @@ int rpc_call_send(rpc_call *c, const ProtobufCMessage *msg, cs_error **err)
         return call_send_owned(c, bb, err);
 }
 
+int rpc_call_recv(rpc_call *c, size_t max_bytes, ProtobufCMessage **ret_msg, cs_error **err)
+{
+        grpc_op op = { .op = GRPC_OP_RECV_MESSAGE };
+        grpc_byte_buffer *bb = NULL;
+        size_t len;
+        int r;
+
+        *ret_msg = NULL;
+        if (!c->sm || !c->sm->bidi)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: not a bidirectional method",
+                                    c->method->path);
+        if (!call_wait_batch(c) || rpc_call_cancelled(c))
+                return call_ended_error(c, err);
+        op.data.recv_message.recv_message = &bb;
+        if (!call_start_batch(c, &op, 1) || !call_wait_batch(c)) {
+                if (bb)
+                        grpc_byte_buffer_destroy(bb);
+                return call_ended_error(c, err);
+        }
+        if (!bb) /* the client's half-close, or the end of a cancelled call */
+                return rpc_call_cancelled(c) ? call_ended_error(c, err) : 0;
+        len = grpc_byte_buffer_length(bb);
+        if (len > max_bytes)
+                r = cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                 "%s: a request of %zu bytes, over the method's %zu",
+                                 c->method->path, len, max_bytes);
+        else
+                r = rpc_message_unpack(c->method->request, bb, "request",
+                                       GRPC_STATUS_INVALID_ARGUMENT, ret_msg, err);
+        grpc_byte_buffer_destroy(bb);
+        return r < 0 ? -1 : 1;
+}
+
 /* --- handler thread -------------------------------------------------------------------- */
 
 static bool status_is_server_fault(grpc_status_code code)
@@ -524,6 +561,12 @@ static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
         grpc_byte_buffer *bb = NULL;
         int r;
 
+        if (c->sm && c->sm->bidi) { /* it reads its requests itself */
+                if (c->sm->bidi->handler(c, m->userdata, err) < 0 && err && !*err)
+                        cs_error_set(err, GRPC_STATUS_INTERNAL, "%s failed without saying why",
+                                     m->path);
+                return NULL;
+        }
         if (!c->payload) {
                 cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s: no request message", m->path);
                 return NULL;
@@ -771,9 +814,9 @@ static void method_request_next(srv_method *sm)
                 e = grpc_server_request_call(sm->srv->server, &sm->call, &sm->details, &sm->md,
                                              sm->srv->cq, sm->srv->cq, &sm->accept_tag);
         else
-                e = grpc_server_request_registered_call(sm->srv->server, sm->handle, &sm->call,
-                                                        &sm->deadline, &sm->md, &sm->payload,
-                                                        sm->srv->cq, sm->srv->cq, &sm->accept_tag);
+                e = grpc_server_request_registered_call(
+                        sm->srv->server, sm->handle, &sm->call, &sm->deadline, &sm->md,
+                        sm->bidi ? NULL : &sm->payload, sm->srv->cq, sm->srv->cq, &sm->accept_tag);
         if (e != GRPC_CALL_OK)
                 log_error("%s: cannot wait for calls: %s", sm->m->path,
                           grpc_call_error_to_string(e));
@@ -860,27 +903,56 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
         return srv;
 }
 
+/* Registers m, or the bidirectional method bidi (m then its `own`). */
+static int add_method(rpc_server *srv, const rpc_method *m, const rpc_bidi_method *bidi,
+                      cs_error **err);
+
 int rpc_server_add_method(rpc_server *srv, const rpc_method *m, cs_error **err)
 {
-        srv_method *sm;
-
-        if (srv->started)
-                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: server already started",
-                                    m->path);
-        if (srv->n_methods == SRV_MAX_METHODS)
-                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: more than %d methods", m->path,
-                                    SRV_MAX_METHODS);
         if (!m->unary == !m->stream)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL,
                                     "%s: set exactly one of unary and stream", m->path);
-        if (m->request_bytes_field && !rpc_bytes_field(m->request, m->request_bytes_field))
+        return add_method(srv, m, NULL, err);
+}
+
+int rpc_server_add_bidi_method(rpc_server *srv, const rpc_bidi_method *bidi, cs_error **err)
+{
+        if (!bidi->handler || !bidi->request || !bidi->response)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                    "%s: a bidirectional method needs a handler and its types",
+                                    bidi->path);
+        return add_method(srv, NULL, bidi, err);
+}
+
+static int add_method(rpc_server *srv, const rpc_method *m, const rpc_bidi_method *bidi,
+                      cs_error **err)
+{
+        const char *path = bidi ? bidi->path : m->path;
+        srv_method *sm;
+
+        if (srv->started)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: server already started", path);
+        if (srv->n_methods == SRV_MAX_METHODS)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: more than %d methods", path,
+                                    SRV_MAX_METHODS);
+        if (m && m->request_bytes_field && !rpc_bytes_field(m->request, m->request_bytes_field))
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: %s has no bytes field %s",
                                     m->path, m->request->name, m->request_bytes_field);
         sm = &srv->methods[srv->n_methods];
-        sm->handle = grpc_server_register_method(srv->server, m->path, NULL,
-                                                 GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        /* A bidirectional call's requests are read by its handler (rpc_call_recv). */
+        sm->handle = grpc_server_register_method(
+                srv->server, path, NULL,
+                bidi ? GRPC_SRM_PAYLOAD_NONE : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
         if (!sm->handle)
-                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot register", m->path);
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot register", path);
+        if (bidi) {
+                sm->own = (rpc_method){ .path = bidi->path,
+                                        .request = bidi->request,
+                                        .response = bidi->response,
+                                        .userdata = bidi->userdata };
+                sm->bidi = bidi;
+                m = &sm->own;
+        }
         sm->m = m;
         sm->srv = srv;
         sm->accept_tag = (rpc_tag){ .fn = on_accept, .owner = sm };
@@ -936,7 +1008,7 @@ static const char *const *labels_of(const srv_method *sm, method_labels *l, bool
         l->v[2] = "grpc_method";
         l->v[3] = l->method;
         l->v[4] = "grpc_type";
-        l->v[5] = sm->m->unary ? "unary" : "server_stream";
+        l->v[5] = sm->m->unary ? "unary" : sm->bidi ? "bidi_stream" : "server_stream";
         l->v[6] = with_code ? "grpc_code" : NULL;
         l->v[7] = l->code;
         l->v[8] = NULL;
