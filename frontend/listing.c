@@ -134,11 +134,17 @@ static bool path_starts_after(char c)
                c == ',' || c == '`';
 }
 
-/* Characters that end a path. */
-static bool path_ends_at(char c)
+/* Whether the path that reached p ends there: at a space, a quote, a closing bracket, a
+ * separator, or a colon that ends a clause ("open /x: no such file"; "/images/x:1" is one
+ * path). */
+static bool path_ends_at(const char *p)
 {
+        char c = *p;
+
+        if (c == ':')
+                return p[1] == ' ' || p[1] == '\0';
         return c == '\0' || c == ' ' || c == '\t' || c == '"' || c == '\'' || c == ',' ||
-               c == ';' || c == ')' || c == ']' || c == ':' || c == '`' || (unsigned char)c < 0x20;
+               c == ';' || c == ')' || c == ']' || c == '`' || (unsigned char)c < 0x20;
 }
 
 char *fe_reason_clean(const char *in)
@@ -157,8 +163,8 @@ char *fe_reason_clean(const char *in)
         for (p = in; *p;) {
                 size_t k;
 
-                if (*p == '/' && (p == in || path_starts_after(p[-1])) && !path_ends_at(p[1])) {
-                        while (!path_ends_at(*p))
+                if (*p == '/' && (p == in || path_starts_after(p[-1])) && !path_ends_at(p + 1)) {
+                        while (!path_ends_at(p))
                                 p++;
                         cs_text_append(&out, &n, &cap, "<path>", 6);
                         continue;

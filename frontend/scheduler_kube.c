@@ -79,6 +79,8 @@ static int ensure_pvc(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const c
 
         if (kapi_request(k->kc, ctx, "POST", path, pvc, &r, err) < 0)
                 return -1;
+        if (r.status == 201 || r.status == 200)
+                kube_cache_upsert(k->pvcs, r.body);
         if (r.status == 201 || r.status == 200 || r.status == 409)
                 return 0;
         return kapi_fail(&r, err, "creating PVC ws-%s", id);
@@ -281,8 +283,10 @@ static int record_destroy(kube *k, const fe_ctx *ctx, const char *id, json_t **p
                 _cleanup_json_ json_t *body = kobj_pvc_build(k->ns, &spec, id, annotations);
                 if (kapi_request(k->kc, ctx, "POST", coll, body, &r, err) < 0)
                         return -1;
-                if (r.status == 201 || r.status == 200)
+                if (r.status == 201 || r.status == 200) {
+                        kube_cache_upsert(k->pvcs, r.body);
                         return 0;
+                }
                 if (r.status != 409)
                         return kapi_fail(&r, err, "creating PVC ws-%s", id);
         } else {
@@ -291,8 +295,12 @@ static int record_destroy(kube *k, const fe_ctx *ctx, const char *id, json_t **p
                         kube_get_str(*pvc, "metadata.resourceVersion"), "annotations", annotations);
                 if (kapi_request(k->kc, ctx, "PATCH", path, patch, &r, err) < 0)
                         return -1;
-                if (r.status == 200)
+                if (r.status == 200) {
+                        /* A listing right after the destroy reads it DESTROYED, as a
+                         * describe does (which reads the PVC itself). */
+                        kube_cache_upsert(k->pvcs, r.body);
                         return 0;
+                }
                 if (r.status != 409 && r.status != 404)
                         return kapi_fail(&r, err, "annotating PVC ws-%s", id);
         }

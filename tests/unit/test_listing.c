@@ -203,6 +203,8 @@ static void test_reason_clean(void **state)
         assert_clean("/etc/x failed", "<path> failed");
         assert_clean("mount \"/srv/ws\" (bind)", "mount \"<path>\" (bind)");
         assert_clean("path=/a/b,other", "path=<path>,other");
+        assert_clean("no directory /images/python:3.12 here", "no directory <path> here");
+        assert_clean("at /a/b:", "at <path>:");
         assert_clean("pull docker.io/library/busybox:nope from https://registry-1.docker.io/v2/",
                      "pull docker.io/library/busybox:nope from https://registry-1.docker.io/v2/");
         assert_clean("a / b", "a / b");
