@@ -108,10 +108,14 @@ static void print_row(const Compute__V1__SandboxSummary *s)
                 created[20] = '\0';
         }
         snprintf(cpu, sizeof(cpu), "%" PRIu64, u ? u->cpu_ms : 0);
+        /* One word per column ("50.1MiB"), so that the table splits on spaces. */
+        fmt_bytes(u ? u->memory_peak_bytes : 0, mem);
+        char *sp = strchr(mem, ' ');
+        if (sp)
+                memmove(sp, sp + 1, strlen(sp));
         printf(ROW_FMT, s->sandbox_id, fmt_status(s->status, st), created[0] ? created : "-",
-               fmt_duration_ms(pb_duration_ms(s->current_uptime), up), cpu,
-               fmt_bytes(u ? u->memory_peak_bytes : 0, mem), session[0] ? session : "-",
-               reason[0] ? reason : "-");
+               fmt_duration_ms(pb_duration_ms(s->current_uptime), up), cpu, mem,
+               session[0] ? session : "-", reason[0] ? reason : "-");
 }
 
 static void json_row(cli_json_writer *j, const Compute__V1__SandboxSummary *s)
