@@ -553,9 +553,9 @@ static json_t *pod_of_id(json_t *pods, const char *id)
 
 /* From the caches, as kube_describe reads each sandbox: a PVC recording a destroy makes it
  * DESTROYED (with the final usage it recorded), else its pod says, else a PVC alone is a
- * FAILED sandbox whose pod was deleted. The tenant is the pod's annotation, or the PVC's
- * (annotation, else label) once the pod is gone. Usage is asked of the agents only for the
- * page's running pods. */
+ * FAILED sandbox whose pod was deleted (once the API server confirms the pod is gone). The tenant
+ * is the pod's annotation, or the PVC's (annotation, else label) once the pod is gone. Usage is
+ * asked of the agents only for the page's running pods. */
 static int kube_list(scheduler *s, const fe_list_query *q, const fe_ctx *ctx, fe_view_list *ret,
                      cs_error **err)
 {
@@ -598,10 +598,24 @@ static int kube_list(scheduler *s, const fe_list_query *q, const fe_ctx *ctx, fe
 
                 if (json_object_get(seen, id) || !kobj_streq0(kobj_pvc_tenant(pvc), q->tenant_id))
                         continue;
-                if (kobj_pvc_destroyed(pvc))
+                if (kobj_pvc_destroyed(pvc)) {
                         kobj_view_destroyed(id, pvc, &v);
-                else
-                        view_of_orphan_pvc(id, pvc, &v);
+                } else {
+                        /* Its pod may be one the cache has not seen yet (another replica's
+                         * create): asked of the API server, as describe would. Rare: only
+                         * a sandbox whose pod is gone or brand new gets here. */
+                        _cleanup_json_ json_t *fresh = NULL;
+
+                        if (kapi_find_pod(k, ctx, id, &fresh, err) < 0)
+                                return -1;
+                        if (fresh &&
+                            kobj_streq0(kobj_annotation(fresh, ANN_TENANT_ID), q->tenant_id)) {
+                                kobj_view_of_pod(id, fresh, &v);
+                                json_array_append(pods, fresh);
+                        } else {
+                                view_of_orphan_pvc(id, pvc, &v);
+                        }
+                }
                 list_keep(q, &v, ret);
         }
         fe_list_select(ret, q);
