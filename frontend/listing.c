@@ -44,33 +44,66 @@ void fe_list_token_encode(const char *tenant, fe_status status, int64_t created_
         cs_base64_encode((const uint8_t *)plain, (size_t)n, ret);
 }
 
+/* The decimal digits of s[0..n) as a value <= INT64_MAX; -1 when they are not that (no
+ * sign, no spaces, 1..19 digits). */
+static int64_t parse_ms(const char *s, size_t n)
+{
+        uint64_t v = 0;
+
+        if (n == 0 || n > 19)
+                return -1;
+        for (size_t i = 0; i < n; i++) {
+                if (s[i] < '0' || s[i] > '9')
+                        return -1;
+                v = v * 10 + (uint64_t)(s[i] - '0');
+        }
+        return v > INT64_MAX ? -1 : (int64_t)v;
+}
+
 int fe_list_token_decode(const char *token, const char *tenant, fe_status status,
                          int64_t *ret_created_ms, char ret_id[static 37], cs_error **err)
 {
         _cleanup_free_ uint8_t *plain = NULL;
-        char id[CS_UUID_STRLEN + 1], check[17];
-        long long created;
+        const char *p, *c1, *c2;
+        char check[17], *end = NULL;
+        int64_t created;
         size_t len;
-        int used = 0;
 
         *ret_created_ms = 0;
         ret_id[0] = '\0';
         if (!token[0])
                 return 0;
+        /* "1:" MS ":" UUID ":" 16 lower-case hex digits, and nothing else. */
         if (strlen(token) > FE_LIST_TOKEN_MAX ||
-            cs_base64_decode(token, strlen(token), 0, &plain, &len, NULL) < 0 || len < 1 ||
-            strlen((char *)plain) != len ||
-            sscanf((char *)plain, "1:%lld:%36[0-9a-fA-F-]:%16[0-9a-f]%n", &created, id, check,
-                   &used) != 3 ||
-            (size_t)used != len || created < 0 || !cs_uuid_valid(id) || strlen(check) != 16)
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "page_token is not one this service gave");
-        if (strtoull(check, NULL, 16) != token_check(tenant, status))
+            cs_base64_decode(token, strlen(token), 0, &plain, &len, NULL) < 0 ||
+            strlen((char *)plain) != len || strncmp((char *)plain, "1:", 2) != 0)
+                goto bad;
+        p = (char *)plain + 2;
+        c1 = strchr(p, ':');
+        c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || c2 - c1 - 1 != CS_UUID_STRLEN || strlen(c2 + 1) != 16)
+                goto bad;
+        created = parse_ms(p, (size_t)(c1 - p));
+        memcpy(ret_id, c1 + 1, CS_UUID_STRLEN);
+        ret_id[CS_UUID_STRLEN] = '\0';
+        memcpy(check, c2 + 1, sizeof(check));
+        for (const char *h = check; *h; h++) {
+                if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f')))
+                        goto bad;
+        }
+        if (created < 0 || !cs_uuid_valid(ret_id))
+                goto bad;
+        if (strtoull(check, &end, 16) != token_check(tenant, status)) {
+                ret_id[0] = '\0';
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "page_token was given for another tenant_id or status");
+        }
         *ret_created_ms = created;
-        memcpy(ret_id, id, sizeof(id));
         return 0;
+bad:
+        ret_id[0] = '\0';
+        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                            "page_token is not one this service gave");
 }
 
 /* The listing order: created_at_ms, then id (case-insensitively: UUIDs are compared as the

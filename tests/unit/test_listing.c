@@ -102,6 +102,20 @@ static void test_token_refusals(void **state)
         assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
         b64("1:5:" ID_A ":0000000000000000x", forged);
         assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
+        b64("1:+5:" ID_A ":0000000000000000", forged);
+        assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
+        b64("1: 5:" ID_A ":0000000000000000", forged);
+        assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
+        b64("1:99999999999999999999:" ID_A ":0000000000000000", forged);
+        assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
+        b64("1:9223372036854775808:" ID_A ":0000000000000000", forged);
+        assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
+        b64("1::" ID_A ":0000000000000000", forged);
+        assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
+        b64("1:5:" ID_A ":000000000000000G", forged);
+        assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
+        b64("1:5:" ID_A ":0000000000000000:", forged);
+        assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
         cs_base64_encode((const uint8_t *)"1:5\0:", 5, forged);
         assert_token_refused(forged, "acme", FE_STATUS_READY, "not one this service gave");
         /* A forged check for the right tenant would pass: the token is a position, not a
