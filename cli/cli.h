@@ -5,6 +5,7 @@
  * json.c         a small JSON writer (json.h)
  * format.c       times, sizes, durations, usage metrics
  * cmd_sandbox.c  create, describe, destroy
+ * cmd_list.c     list
  * cmd_exec.c     exec
  * cmd_files.c    cp, ls
  *
@@ -153,6 +154,10 @@ const char *fmt_duration_ms(int64_t ms, char buf[static CLI_FMT_MAX]);
 /* "READY" for SANDBOX_STATUS_READY. */
 const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FMT_MAX]);
 
+/* A copy of s (malloc'd; "" for NULL) with control characters as '?': text from the server
+ * shown on a terminal never carries escape sequences. */
+char *fmt_printable(const char *s);
+
 /* "key:" padded to the key column, then the value: describe's and destroy's text lines. */
 void print_kv(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The seven usage fields as aligned lines (NULL: all zero). */
@@ -167,5 +172,5 @@ int cli_json_print(cli_json_writer *j);
 
 /* --- commands --------------------------------------------------------------------------- */
 
-extern const cli_command cli_cmd_create, cli_cmd_describe, cli_cmd_destroy, cli_cmd_exec,
-        cli_cmd_cp, cli_cmd_ls;
+extern const cli_command cli_cmd_create, cli_cmd_describe, cli_cmd_destroy, cli_cmd_list,
+        cli_cmd_exec, cli_cmd_cp, cli_cmd_ls;

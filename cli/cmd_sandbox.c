@@ -204,6 +204,11 @@ static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandbox
         if (!ctx->json) {
                 print_kv("sandbox_id", "%s", resp->sandbox_id);
                 print_kv("status", "%s", fmt_status(resp->status, b));
+                /* Only when there is one: a READY sandbox's lines stay as they were. */
+                if (resp->status_reason[0]) {
+                        _cleanup_free_ char *reason = fmt_printable(resp->status_reason);
+                        print_kv("status_reason", "%s", reason);
+                }
                 print_kv("created_at", "%s", fmt_timestamp(resp->created_at, b));
                 print_kv("uptime", "%s", fmt_duration_ms(up, b));
                 print_usage_text(resp->current_usage);
@@ -212,6 +217,7 @@ static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandbox
         cli_json_object_begin(&j);
         cli_json_kv_string(&j, "sandbox_id", resp->sandbox_id);
         cli_json_kv_string(&j, "status", fmt_status(resp->status, b));
+        cli_json_kv_string(&j, "status_reason", resp->status_reason);
         cli_json_kv_timestamp(&j, "created_at", resp->created_at);
         cli_json_kv_i64(&j, "uptime_ms", up);
         cli_json_key(&j, "usage");
@@ -242,7 +248,9 @@ const cli_command cli_cmd_describe = {
         .name = "describe",
         .args = "ID",
         .summary = "Show a sandbox's status, creation time, uptime and usage.",
-        .details = "Text: aligned 'key: value' lines. --json: {\"sandbox_id\", \"status\",\n"
+        .details = "Text: aligned 'key: value' lines; a status_reason line says why a sandbox\n"
+                   "is FAILED or still STARTING, when the server says.\n"
+                   "--json: {\"sandbox_id\", \"status\", \"status_reason\" (\"\" when none),\n"
                    "\"created_at\", \"uptime_ms\", \"usage\": {\"cpu_ms\", ...}}.\n",
         .run = run_describe,
 };

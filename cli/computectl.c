@@ -18,7 +18,7 @@
 #define GLOBAL_TIMEOUT_MAX_S     (24 * 3600)
 
 static const cli_command *const commands[] = {
-        &cli_cmd_create, &cli_cmd_describe, &cli_cmd_destroy,
+        &cli_cmd_create, &cli_cmd_describe, &cli_cmd_destroy, &cli_cmd_list,
         &cli_cmd_exec,   &cli_cmd_cp,       &cli_cmd_ls,
 };
 

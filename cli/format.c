@@ -96,6 +96,17 @@ const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FM
         return buf;
 }
 
+char *fmt_printable(const char *s)
+{
+        char *out = cs_xstrdup(s ? s : "");
+
+        for (char *p = out; *p; p++) {
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                        *p = '?';
+        }
+        return out;
+}
+
 void print_kv(const char *key, const char *fmt, ...)
 {
         va_list ap;

@@ -3,6 +3,7 @@
 #include "kube_objects.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <openssl/sha.h>
 
 #include "kube_client.h"
+#include "listing.h"
 #include "path.h"
 #include "quantity.h"
 #include "sandbox_limits.h"
@@ -112,6 +114,205 @@ fe_status kobj_pod_status(json_t *pod)
         return FE_STATUS_STARTING;
 }
 
+/* The pod's condition of that type, or NULL. */
+static json_t *pod_condition(json_t *pod, const char *type)
+{
+        json_t *conds = kube_get_key(pod, "status", "conditions", NULL), *c;
+        size_t i;
+
+        json_array_foreach(conds, i, c)
+        {
+                if (kobj_streq0(json_string_value(json_object_get(c, "type")), type))
+                        return c;
+        }
+        return NULL;
+}
+
+/* The sandbox container's status, or NULL. */
+static json_t *sandbox_container_status(json_t *pod)
+{
+        json_t *statuses = kube_get_key(pod, "status", "containerStatuses", NULL), *c;
+        size_t i;
+
+        json_array_foreach(statuses, i, c)
+        {
+                if (kobj_streq0(kube_get_str(c, "name"), SANDBOX_CONTAINER))
+                        return c;
+        }
+        return NULL;
+}
+
+/* The sandbox container's spec, or NULL. */
+static json_t *sandbox_container(json_t *pod)
+{
+        json_t *containers = kube_get_key(pod, "spec", "containers", NULL), *c;
+        size_t i;
+
+        json_array_foreach(containers, i, c)
+        {
+                if (kobj_streq0(kube_get_str(c, "name"), SANDBOX_CONTAINER))
+                        return c;
+        }
+        return NULL;
+}
+
+/* lead ("...: ") and "REASON: message", "REASON" or "message"; the lead without its ": "
+ * when there is neither. */
+static char *reason_text(const char *lead, const char *reason, const char *msg)
+{
+        bool r = reason && reason[0], m = msg && msg[0];
+        size_t n = strlen(lead);
+
+        if (!r && !m)
+                return cs_xasprintf("%.*s", (int)(n >= 2 ? n - 2 : n), lead);
+        return cs_xasprintf("%s%s%s%s", lead, r ? reason : "", r && m ? ": " : "", m ? msg : "");
+}
+
+static char *oom_text(json_t *pod)
+{
+        uint64_t mem = 0;
+        const char *limit = kube_get_str(sandbox_container(pod), "resources.limits.memory");
+
+        if (limit && cs_quantity_parse(limit, &mem) == 0 && mem)
+                return cs_xasprintf("the sandbox ran out of memory (limit %" PRIu64 " MiB)",
+                                    mem >> 20);
+        return cs_xstrdup("the sandbox ran out of memory");
+}
+
+/* Why the sandbox container ended (its state.terminated), or NULL when it has not. */
+static char *terminated_text(json_t *pod)
+{
+        json_t *t = kube_get_key(sandbox_container_status(pod), "state", "terminated", NULL);
+        const char *reason;
+        json_t *code;
+
+        if (!t)
+                return NULL;
+        reason = kube_get_str(t, "reason");
+        if (kobj_streq0(reason, "OOMKilled"))
+                return oom_text(pod);
+        code = json_object_get(t, "exitCode");
+        return cs_xasprintf(
+                "the sandbox's container exited with code %" JSON_INTEGER_FORMAT "%s%s%s",
+                json_integer_value(code), reason ? " (" : "", reason ?: "", reason ? ")" : "");
+}
+
+/* Whether the node the pod is on has stopped answering (the node controller marks its pods
+ * so: Ready Unknown or NodeNotReady, the pod's reason NodeLost, a DisruptionTarget). */
+static bool node_lost(json_t *pod)
+{
+        json_t *ready = pod_condition(pod, "Ready");
+
+        return kobj_streq0(kube_get_str(pod, "status.reason"), "NodeLost") ||
+               kobj_streq0(kube_get_str(ready, "status"), "Unknown") ||
+               kobj_streq0(kube_get_str(ready, "reason"), "NodeNotReady");
+}
+
+char *kobj_pod_reason(json_t *pod)
+{
+        const char *phase = kube_get_str(pod, "status.phase") ?: "";
+        const char *reason = kube_get_str(pod, "status.reason");
+        const char *msg = kube_get_str(pod, "status.message");
+        json_t *sched = pod_condition(pod, "PodScheduled");
+        json_t *wait = kube_get_key(sandbox_container_status(pod), "state", "waiting", NULL);
+        json_t *disruption = pod_condition(pod, "DisruptionTarget");
+        char *t;
+
+        if (kobj_pod_status(pod) == FE_STATUS_READY)
+                return NULL;
+        if (kobj_being_deleted(pod)) {
+                if (disruption && kobj_streq0(kube_get_str(disruption, "status"), "True"))
+                        return reason_text("the sandbox's pod is being evicted: ",
+                                           kube_get_str(disruption, "reason"),
+                                           kube_get_str(disruption, "message"));
+                if (node_lost(pod))
+                        return cs_xstrdup("the sandbox's node was lost");
+                return cs_xstrdup("the sandbox's pod is being deleted");
+        }
+        if (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0) {
+                json_t *deadline = kube_get_key(pod, "spec", "activeDeadlineSeconds", NULL);
+
+                if (kobj_streq0(reason, "DeadlineExceeded"))
+                        return json_is_integer(deadline)
+                                       ? cs_xasprintf("max_runtime of %" JSON_INTEGER_FORMAT
+                                                      " s exceeded",
+                                                      json_integer_value(deadline))
+                                       : cs_xstrdup("max_runtime exceeded");
+                if (kobj_streq0(reason, "NodeLost"))
+                        return cs_xstrdup("the sandbox's node was lost");
+                t = terminated_text(pod);
+                if (t)
+                        return t;
+                if (reason || msg)
+                        return reason_text("the sandbox's pod failed: ", reason, msg);
+                return cs_xstrdup("the sandbox's pod failed");
+        }
+        if (node_lost(pod))
+                return cs_xstrdup("the sandbox's node is not responding (node lost)");
+        t = terminated_text(pod);
+        if (t)
+                return t;
+        if (wait) {
+                const char *wr = kube_get_str(wait, "reason");
+                /* The normal steps of a start are no reason to report. */
+                if (wr && strcmp(wr, "ContainerCreating") != 0 &&
+                    strcmp(wr, "PodInitializing") != 0) {
+                        const char *lead = strstr(wr, "Image")
+                                                   ? "the image cannot be pulled: "
+                                                   : "the sandbox's container cannot start: ";
+                        return reason_text(lead, wr, kube_get_str(wait, "message"));
+                }
+        }
+        if (sched && kobj_streq0(kube_get_str(sched, "status"), "False"))
+                return reason_text("the sandbox cannot be scheduled: ",
+                                   kube_get_str(sched, "reason"), kube_get_str(sched, "message"));
+        return NULL;
+}
+
+/* A CPU quantity in millicores ("500m", "2", "1.5"); 0 when it is not one. */
+static uint32_t cpu_millis_of(const char *s)
+{
+        char *end = NULL;
+        double cores;
+        unsigned long long m;
+
+        if (!s || !s[0])
+                return 0;
+        if (s[strlen(s) - 1] == 'm') {
+                m = strtoull(s, &end, 10);
+                return end && *end == 'm' && m <= UINT32_MAX ? (uint32_t)m : 0;
+        }
+        cores = strtod(s, &end);
+        if (!end || *end || cores <= 0 || cores > 4e6)
+                return 0;
+        return (uint32_t)(cores * 1000.0 + 0.5);
+}
+
+void kobj_view_of_pod(const char *id, json_t *pod, fe_view *ret)
+{
+        json_t *c = sandbox_container(pod);
+        json_t *deadline = kube_get_key(pod, "spec", "activeDeadlineSeconds", NULL);
+        const char *tenant = kobj_annotation(pod, ANN_TENANT_ID);
+        const char *session = kobj_annotation(pod, ANN_SESSION_ID);
+        const char *mem = kube_get_str(c, "resources.limits.memory");
+        _cleanup_free_ char *reason = kobj_pod_reason(pod);
+        uint64_t bytes = 0;
+
+        memset(ret, 0, sizeof(*ret));
+        ret->id = cs_xstrdup(id);
+        ret->status = kobj_pod_status(pod);
+        ret->created_at_ms = kobj_time_of(kube_get_str(pod, "metadata.creationTimestamp"));
+        ret->tenant_id = tenant ? cs_xstrdup(tenant) : NULL;
+        ret->session_id = session ? cs_xstrdup(session) : NULL;
+        ret->cpu_millis = cpu_millis_of(kube_get_str(c, "resources.limits.cpu"));
+        if (mem && cs_quantity_parse(mem, &bytes) == 0)
+                ret->memory_bytes = bytes;
+        if (json_is_integer(deadline) && json_integer_value(deadline) > 0 &&
+            json_integer_value(deadline) < INT64_MAX / 1000)
+                ret->max_runtime_ms = json_integer_value(deadline) * 1000;
+        ret->reason = fe_reason_clean(reason);
+}
+
 bool kobj_pvc_destroyed(json_t *pvc)
 {
         return pvc && kobj_annotation(pvc, ANN_DELETE_AFTER);
@@ -122,6 +323,7 @@ void kobj_view_destroyed(const char *id, json_t *pvc, fe_view *ret)
 {
         const char *usage = kobj_annotation(pvc, ANN_FINAL_USAGE);
         _cleanup_json_ json_t *j = usage ? json_loads(usage, 0, NULL) : NULL;
+        const char *tenant, *session;
 
         memset(ret, 0, sizeof(*ret));
         ret->id = cs_xstrdup(id);
@@ -131,6 +333,15 @@ void kobj_view_destroyed(const char *id, json_t *pvc, fe_view *ret)
                 ret->created_at_ms = kobj_time_of(kube_get_str(pvc, "metadata.creationTimestamp"));
         ret->destroyed_at_ms = kobj_time_of(kobj_annotation(pvc, ANN_DESTROYED_AT));
         usage_from_json(j, &ret->usage);
+        tenant = kobj_pvc_tenant(pvc);
+        session = kobj_annotation(pvc, ANN_SESSION_ID) ?: kobj_label(pvc, LABEL_SESSION_ID);
+        ret->tenant_id = tenant ? cs_xstrdup(tenant) : NULL;
+        ret->session_id = session ? cs_xstrdup(session) : NULL;
+}
+
+const char *kobj_pvc_tenant(json_t *pvc)
+{
+        return kobj_annotation(pvc, ANN_TENANT_ID) ?: kobj_label(pvc, LABEL_TENANT_ID);
 }
 
 /* Where the pod mounts its workspace: the sandbox container's volumeMount of the
@@ -281,6 +492,19 @@ json_t *kobj_pod_build(const char *ns, const char *runtime_class, const kobj_spe
         return pod;
 }
 
+/* Whose the workspace is, as the pod says it: ListSandboxes finds a DESTROYED sandbox's
+ * tenant there once its pod is gone (the label holds only ids that are label values). */
+static json_t *owner_annotations(const kobj_spec *spec)
+{
+        json_t *a = json_object();
+
+        if (spec->tenant_id && spec->tenant_id[0])
+                json_object_set_new(a, ANN_TENANT_ID, json_string(spec->tenant_id));
+        if (spec->session_id && spec->session_id[0])
+                json_object_set_new(a, ANN_SESSION_ID, json_string(spec->session_id));
+        return a;
+}
+
 /* The workspace PVC; with annotations (a destroy that found no PVC) when given. */
 json_t *kobj_pvc_build(const char *ns, const kobj_spec *spec, const char *id, json_t *annotations)
 {
@@ -290,8 +514,8 @@ json_t *kobj_pvc_build(const char *ns, const kobj_spec *spec, const char *id, js
                 " s:{s:[s], s:{s:{s:s}}}}",
                 "apiVersion", "v1", "kind", "PersistentVolumeClaim", "metadata", "name", name,
                 "namespace", ns, "labels", labels_for(spec, id), "annotations",
-                annotations ? json_incref(annotations) : json_object(), "spec", "accessModes",
-                "ReadWriteOnce", "resources", "requests", "storage", spec->size);
+                annotations ? json_incref(annotations) : owner_annotations(spec), "spec",
+                "accessModes", "ReadWriteOnce", "resources", "requests", "storage", spec->size);
 
         if (pvc && spec->storage_class[0])
                 json_object_set_new(json_object_get(pvc, "spec"), "storageClassName",
@@ -307,8 +531,19 @@ json_t *kobj_destroy_annotations(int64_t grace_s, json_t *pod, json_t *pvc, cons
         char destroyed[32], after[32], created[32];
         int64_t created_ms = kobj_time_of(kube_get_str(pod ?: pvc, "metadata.creationTimestamp"));
 
-        return json_pack("{s:s, s:s, s:s, s:s}", ANN_DELETE_AFTER,
-                         kube_time_format(now + grace_s * 1000, after), ANN_DESTROYED_AT,
-                         kube_time_format(now, destroyed), ANN_FINAL_USAGE, usage_text ?: "{}",
-                         ANN_CREATED_AT, kube_time_format(created_ms ?: now, created));
+        json_t *a = json_pack("{s:s, s:s, s:s, s:s}", ANN_DELETE_AFTER,
+                              kube_time_format(now + grace_s * 1000, after), ANN_DESTROYED_AT,
+                              kube_time_format(now, destroyed), ANN_FINAL_USAGE, usage_text ?: "{}",
+                              ANN_CREATED_AT, kube_time_format(created_ms ?: now, created));
+        /* Whose it was (a PVC made before the PVCs carried it has it only on its pod). */
+        const char *keys[] = { ANN_TENANT_ID, ANN_SESSION_ID };
+
+        for (size_t i = 0; a && i < ARRAY_SIZE(keys); i++) {
+                const char *v = pod ? kobj_annotation(pod, keys[i]) : NULL;
+                if (!v && pvc)
+                        v = kobj_annotation(pvc, keys[i]);
+                if (v && v[0])
+                        json_object_set_new(a, keys[i], json_string(v));
+        }
+        return a;
 }

@@ -68,12 +68,12 @@ json_t *kobj_pod_build(const char *ns, const char *runtime_class, const kobj_spe
                        const char *name, const char *id);
 
 /* The workspace PVC "ws-<id>"; with annotations (borrowed) when given (a destroy that found
- * no PVC), else none. */
+ * no PVC), else the tenant and session ids of spec (those not empty). */
 json_t *kobj_pvc_build(const char *ns, const kobj_spec *spec, const char *id, json_t *annotations);
 
 /* The annotations a destroy records on the PVC at now (wall clock): delete-after now +
- * grace_s, destroyed-at, the final usage, and the created-at of the pod (else of the PVC,
- * else now). */
+ * grace_s, destroyed-at, the final usage, the created-at of the pod (else of the PVC, else
+ * now), and the tenant and session ids of the pod (else of the PVC) when known. */
 json_t *kobj_destroy_annotations(int64_t grace_s, json_t *pod, json_t *pvc, const usage_metrics *u,
                                  int64_t now);
 
@@ -81,11 +81,30 @@ json_t *kobj_destroy_annotations(int64_t grace_s, json_t *pod, json_t *pvc, cons
  * ready -> STARTING, Failed or Succeeded -> FAILED; a pod being deleted is FAILED. */
 fe_status kobj_pod_status(json_t *pod);
 
+/* Why a pod's sandbox is not READY, from what the API server says of it (malloc'd, raw: the
+ * caller cleans it with fe_reason_clean), or NULL when READY or there is nothing to say:
+ * the pod's deletion or eviction, its node lost, the phase Failed's reason (DeadlineExceeded
+ * read as max_runtime, Evicted...), the sandbox container's termination (OOMKilled read as
+ * out of memory with its limit) or waiting reason (ErrImagePull, ImagePullBackOff,
+ * CreateContainerConfigError... with the kubelet's message), PodScheduled=False
+ * (Unschedulable with the scheduler's message). */
+char *kobj_pod_reason(json_t *pod);
+
+/* The view of a sandbox whose pod exists, from the pod alone (no usage: the agent has it):
+ * status, created_at, tenant and session (annotations), limits (the sandbox container's
+ * resources and the pod's activeDeadlineSeconds) and the cleaned reason. ret->id is the
+ * caller's (id copied). */
+void kobj_view_of_pod(const char *id, json_t *pod, fe_view *ret);
+
 /* Whether a PVC (NULL: none) records its sandbox's destruction. */
 bool kobj_pvc_destroyed(json_t *pvc);
 
-/* The view of a sandbox whose PVC records its destruction (ret->id is the caller's). */
+/* The view of a sandbox whose PVC records its destruction (ret->id is the caller's), with
+ * its tenant and session when the PVC says. */
 void kobj_view_destroyed(const char *id, json_t *pvc, fe_view *ret);
+
+/* The tenant a PVC belongs to (its annotation, else its label), or NULL. */
+const char *kobj_pvc_tenant(json_t *pvc);
 
 /* Where the pod mounts its workspace (the sandbox container's mount of the workspace
  * volume), or NULL. */

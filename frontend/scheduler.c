@@ -58,7 +58,25 @@ void fe_ctx_log(const fe_ctx *ctx, cs_log_level level, const char *fmt, ...)
 void fe_view_clear(fe_view *v)
 {
         free(v->id);
+        free(v->reason);
+        free(v->tenant_id);
+        free(v->session_id);
         memset(v, 0, sizeof(*v));
+}
+
+fe_view *fe_view_list_add(fe_view_list *l)
+{
+        l->v = cs_xgrow(l->v, l->n, &l->cap, sizeof(*l->v));
+        memset(&l->v[l->n], 0, sizeof(l->v[l->n]));
+        return &l->v[l->n++];
+}
+
+void fe_view_list_clear(fe_view_list *l)
+{
+        for (size_t i = 0; i < l->n; i++)
+                fe_view_clear(&l->v[i]);
+        free(l->v);
+        memset(l, 0, sizeof(*l));
 }
 
 void fe_hold_give(fe_hold *h)

@@ -34,15 +34,45 @@ typedef struct fe_spec {
         int64_t max_runtime_ms;
 } fe_spec;
 
-/* A sandbox as the frontend answers about it. id is owned (free with fe_view_clear). */
+/* A sandbox as the frontend answers about it. The strings are owned (free with
+ * fe_view_clear); all but id may be NULL: not known. */
 typedef struct fe_view {
         char *id;
         fe_status status;
         int64_t created_at_ms, destroyed_at_ms; /* wall clock; 0: not set */
         usage_metrics usage;
+        /* Why it is FAILED or still STARTING, cleaned for a tenant's eyes (fe_reason_clean);
+         * NULL when READY or when there is nothing to say. */
+        char *reason;
+        /* ListSandboxes: whose it is, and its limits (0: not known). */
+        char *tenant_id, *session_id;
+        uint32_t cpu_millis;
+        uint64_t memory_bytes;
+        int64_t max_runtime_ms;
 } fe_view;
 
 void fe_view_clear(fe_view *v);
+
+/* What ListSandboxes asks a backend for: the tenant's sandboxes (of one status, or any),
+ * ordered by (created_at_ms, id), after the cursor, at most limit of them. */
+typedef struct fe_list_query {
+        const char *tenant_id;
+        fe_status status;         /* FE_STATUS_UNSPECIFIED: any */
+        int64_t after_created_ms; /* the cursor: the last sandbox of the previous page */
+        const char *after_id;     /* "": no cursor, from the start */
+        size_t limit;             /* > 0 */
+} fe_list_query;
+
+/* A backend's answer to a listing: views (owned) and whether more follow the last. */
+typedef struct fe_view_list {
+        fe_view *v;
+        size_t n, cap;
+        bool more;
+} fe_view_list;
+
+/* A new zeroed view at the end of the list. */
+fe_view *fe_view_list_add(fe_view_list *l);
+void fe_view_list_clear(fe_view_list *l);
 
 /* What an op needs of the request it serves: when to give up, and whom to log for. Built by
  * the service from its gRPC call (fe_ctx_from_call), or by a test or the GC by hand. Borrowed
@@ -117,6 +147,11 @@ typedef struct scheduler_ops {
                         cs_error **err);
         int (*destroy)(scheduler *s, const char *id, const fe_ctx *ctx, fe_view *ret,
                        cs_error **err);
+        /* The sandboxes of q (see fe_list_query), into *ret (the caller's to clear). A
+         * backend that cannot read every place a sandbox may be fails (UNAVAILABLE) rather
+         * than return a partial list. NULL: the backend cannot list. */
+        int (*list)(scheduler *s, const fe_list_query *q, const fe_ctx *ctx, fe_view_list *ret,
+                    cs_error **err);
         /* NOT_FOUND for a sandbox no agent has; UNAVAILABLE when its agent is unreachable.
          * *ret is the caller's to fe_route_release() on success. */
         int (*route)(scheduler *s, const char *id, const fe_ctx *ctx, fe_route *ret,

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "listing.h"
 #include "scheduler_kube_internal.h"
 #include "util.h"
 #include "uuid.h"
@@ -40,15 +41,31 @@ static void view_of_pod(kube *k, const fe_ctx *ctx, const char *id, json_t *pod,
 {
         const char *phase = kube_get_str(pod, "status.phase");
 
-        memset(ret, 0, sizeof(*ret));
-        ret->id = cs_xstrdup(id);
-        ret->status = kobj_pod_status(pod);
-        ret->created_at_ms = kobj_time_of(kube_get_str(pod, "metadata.creationTimestamp"));
+        kobj_view_of_pod(id, pod, ret);
         if (phase && strcmp(phase, "Running") == 0) {
                 _cleanup_error_ cs_error *e = NULL;
                 if (kagent_usage(k, ctx, id, pod, &ret->usage, &e) < 0)
                         fe_ctx_log(ctx, CS_LOG_WARN, "usage not available: %s", e->msg);
         }
+}
+
+/* The view of a sandbox whose workspace PVC is there without its pod and records no
+ * destroy: the pod was deleted behind the frontend's back (eviction, a person, its node
+ * lost), so the sandbox is FAILED. */
+static void view_of_orphan_pvc(const char *id, json_t *pvc, fe_view *ret)
+{
+        const char *tenant = kobj_pvc_tenant(pvc);
+        const char *session =
+                kobj_annotation(pvc, ANN_SESSION_ID) ?: kobj_label(pvc, LABEL_SESSION_ID);
+
+        memset(ret, 0, sizeof(*ret));
+        ret->id = cs_xstrdup(id);
+        ret->status = FE_STATUS_FAILED;
+        ret->created_at_ms = kobj_time_of(kube_get_str(pvc, "metadata.creationTimestamp"));
+        ret->reason = cs_xstrdup("the sandbox's pod was deleted by something other than this "
+                                 "service (an eviction, or its node was lost)");
+        ret->tenant_id = tenant ? cs_xstrdup(tenant) : NULL;
+        ret->session_id = session ? cs_xstrdup(session) : NULL;
 }
 
 /* Makes sure the sandbox's PVC exists (a frontend that died between the pod and the PVC is
@@ -62,6 +79,8 @@ static int ensure_pvc(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const c
 
         if (kapi_request(k->kc, ctx, "POST", path, pvc, &r, err) < 0)
                 return -1;
+        if (r.status == 201 || r.status == 200)
+                kube_cache_upsert(k->pvcs, r.body);
         if (r.status == 201 || r.status == 200 || r.status == 409)
                 return 0;
         return kapi_fail(&r, err, "creating PVC ws-%s", id);
@@ -239,12 +258,7 @@ static int kube_describe(scheduler *s, const char *id, const fe_ctx *ctx, fe_vie
                 return 0;
         }
         if (pvc) {
-                /* The workspace without its pod, and no destroy recorded: the pod was deleted
-                 * behind the frontend's back (eviction, a person). */
-                memset(ret, 0, sizeof(*ret));
-                ret->id = cs_xstrdup(id);
-                ret->status = FE_STATUS_FAILED;
-                ret->created_at_ms = kobj_time_of(kube_get_str(pvc, "metadata.creationTimestamp"));
+                view_of_orphan_pvc(id, pvc, ret);
                 return 0;
         }
         return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox %s", id);
@@ -269,8 +283,10 @@ static int record_destroy(kube *k, const fe_ctx *ctx, const char *id, json_t **p
                 _cleanup_json_ json_t *body = kobj_pvc_build(k->ns, &spec, id, annotations);
                 if (kapi_request(k->kc, ctx, "POST", coll, body, &r, err) < 0)
                         return -1;
-                if (r.status == 201 || r.status == 200)
+                if (r.status == 201 || r.status == 200) {
+                        kube_cache_upsert(k->pvcs, r.body);
                         return 0;
+                }
                 if (r.status != 409)
                         return kapi_fail(&r, err, "creating PVC ws-%s", id);
         } else {
@@ -279,8 +295,12 @@ static int record_destroy(kube *k, const fe_ctx *ctx, const char *id, json_t **p
                         kube_get_str(*pvc, "metadata.resourceVersion"), "annotations", annotations);
                 if (kapi_request(k->kc, ctx, "PATCH", path, patch, &r, err) < 0)
                         return -1;
-                if (r.status == 200)
+                if (r.status == 200) {
+                        /* A listing right after the destroy reads it DESTROYED, as a
+                         * describe does (which reads the PVC itself). */
+                        kube_cache_upsert(k->pvcs, r.body);
                         return 0;
+                }
                 if (r.status != 409 && r.status != 404)
                         return kapi_fail(&r, err, "annotating PVC ws-%s", id);
         }
@@ -483,6 +503,140 @@ static void kube_metrics(scheduler *s, cs_mpage *p)
         cs_mpage_sample_u64(p, "compute_workspace_pvcs_expired", NULL, pvcs.expired);
 }
 
+/* --- ListSandboxes ---------------------------------------------------------------------- */
+
+typedef struct list_scan {
+        const char *tenant;
+        json_t *pods; /* the tenant's pods (array) */
+        json_t *pvcs; /* every workspace PVC, by sandbox id */
+} list_scan;
+
+static void scan_pod(json_t *pod, void *userdata)
+{
+        list_scan *sc = userdata;
+
+        if (kobj_streq0(kobj_annotation(pod, ANN_TENANT_ID), sc->tenant))
+                json_array_append(sc->pods, pod);
+}
+
+static void scan_pvc(json_t *pvc, void *userdata)
+{
+        list_scan *sc = userdata;
+        const char *id = kobj_label(pvc, LABEL_SANDBOX_ID);
+
+        if (id && cs_uuid_valid(id))
+                json_object_set(sc->pvcs, id, pvc);
+}
+
+/* Adds v to the candidates when it has q's status; clears it otherwise. */
+static void list_keep(const fe_list_query *q, fe_view *v, fe_view_list *ret)
+{
+        if (q->status && v->status != q->status) {
+                fe_view_clear(v);
+                return;
+        }
+        *fe_view_list_add(ret) = *v;
+}
+
+static json_t *pod_of_id(json_t *pods, const char *id)
+{
+        json_t *pod;
+        size_t i;
+
+        json_array_foreach(pods, i, pod)
+        {
+                if (kobj_streq0(kobj_label(pod, LABEL_SANDBOX_ID), id))
+                        return pod;
+        }
+        return NULL;
+}
+
+/* From the caches, as kube_describe reads each sandbox: a PVC recording a destroy makes it
+ * DESTROYED (with the final usage it recorded), else its pod says, else a PVC alone is a
+ * FAILED sandbox whose pod was deleted (once the API server confirms the pod is gone). The tenant
+ * is the pod's annotation, or the PVC's (annotation, else label) once the pod is gone. Usage is
+ * asked of the agents only for the page's running pods. */
+static int kube_list(scheduler *s, const fe_list_query *q, const fe_ctx *ctx, fe_view_list *ret,
+                     cs_error **err)
+{
+        kube *k = KUBE(s);
+        _cleanup_json_ json_t *pods = json_array(), *pvcs = json_object(), *seen = json_object();
+        list_scan sc = { .tenant = q->tenant_id, .pods = pods, .pvcs = pvcs };
+        int64_t wait = ctx->deadline_ms == INT64_MAX
+                               ? 30000
+                               : max64(ctx->deadline_ms - cs_now_monotonic_ms(), 1);
+        const char *id;
+        json_t *pod, *pvc;
+        size_t i;
+
+        /* The PVC cache is not waited for at start (only the metrics read it otherwise). */
+        if (kube_cache_wait_synced(k->pvcs, wait, err) < 0)
+                return -1;
+        kube_cache_each(k->pods, scan_pod, &sc);
+        kube_cache_each(k->pvcs, scan_pvc, &sc);
+        json_array_foreach(pods, i, pod)
+        {
+                fe_view v;
+
+                id = kobj_label(pod, LABEL_SANDBOX_ID);
+                if (!id || !cs_uuid_valid(id) || json_object_get(seen, id))
+                        continue;
+                json_object_set_new(seen, id, json_true());
+                pvc = json_object_get(pvcs, id);
+                if (kobj_pvc_destroyed(pvc)) {
+                        kobj_view_destroyed(id, pvc, &v);
+                        if (!v.tenant_id)
+                                v.tenant_id = cs_xstrdup(q->tenant_id);
+                } else {
+                        kobj_view_of_pod(id, pod, &v);
+                }
+                list_keep(q, &v, ret);
+        }
+        json_object_foreach(pvcs, id, pvc)
+        {
+                fe_view v;
+
+                if (json_object_get(seen, id) || !kobj_streq0(kobj_pvc_tenant(pvc), q->tenant_id))
+                        continue;
+                if (kobj_pvc_destroyed(pvc)) {
+                        kobj_view_destroyed(id, pvc, &v);
+                } else {
+                        /* Its pod may be one the cache has not seen yet (another replica's
+                         * create): asked of the API server, as describe would. Rare: only
+                         * a sandbox whose pod is gone or brand new gets here. */
+                        _cleanup_json_ json_t *fresh = NULL;
+
+                        if (kapi_find_pod(k, ctx, id, &fresh, err) < 0)
+                                return -1;
+                        if (fresh &&
+                            kobj_streq0(kobj_annotation(fresh, ANN_TENANT_ID), q->tenant_id)) {
+                                kobj_view_of_pod(id, fresh, &v);
+                                json_array_append(pods, fresh);
+                        } else {
+                                view_of_orphan_pvc(id, pvc, &v);
+                        }
+                }
+                list_keep(q, &v, ret);
+        }
+        fe_list_select(ret, q);
+        for (i = 0; i < ret->n; i++) {
+                fe_view *v = &ret->v[i];
+                const char *phase;
+
+                if (v->status == FE_STATUS_DESTROYED)
+                        continue;
+                pod = pod_of_id(pods, v->id);
+                phase = kube_get_str(pod, "status.phase");
+                if (pod && phase && strcmp(phase, "Running") == 0) {
+                        _cleanup_error_ cs_error *e = NULL;
+                        if (kagent_usage(k, ctx, v->id, pod, &v->usage, &e) < 0)
+                                fe_ctx_log(ctx, CS_LOG_WARN, "sandbox %s: usage not available: %s",
+                                           v->id, e->msg);
+                }
+        }
+        return 0;
+}
+
 /* From the pod cache only: a pod it has not seen yet counts against no tenant for this call. */
 static bool kube_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
 {
@@ -521,6 +675,7 @@ static const scheduler_ops kube_ops = {
         .describe = kube_describe,
         .destroy = kube_destroy,
         .route = kube_route,
+        .list = kube_list,
         .metrics = kube_metrics,
         .tenant_of = kube_tenant_of,
         .free = kube_free,

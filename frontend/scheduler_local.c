@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "compute/v1/compute.pb-c.h"
+#include "listing.h"
 #include "metrics.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "pbconv.h"
@@ -96,6 +97,16 @@ static void view_from_info(const Nodeagent__V1__SandboxInfo *in, fe_view *ret)
         ret->created_at_ms = pb_timestamp_ms(in->created_at);
         ret->destroyed_at_ms = pb_timestamp_ms(in->destroyed_at);
         pb_usage_read(in->usage, &ret->usage);
+        /* The agent's status_message says "starting" and "destroyed" too; only a failure's
+         * is a reason. A STARTING sandbox of a local agent is never stuck for long: its start
+         * either succeeds or fails (FAILED, with why) within the runtime's own timeout. */
+        if (ret->status == FE_STATUS_FAILED)
+                ret->reason = fe_reason_clean(in->status_message);
+        ret->tenant_id = cs_xstrdup(in->tenant_id);
+        ret->session_id = cs_xstrdup(in->session_id);
+        ret->cpu_millis = in->cpu_millis;
+        ret->memory_bytes = in->memory_bytes;
+        ret->max_runtime_ms = pb_duration_ms(in->max_runtime);
 }
 
 /* --- the map --------------------------------------------------------------------------- */
@@ -572,6 +583,77 @@ static int local_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route
         return 0;
 }
 
+/* Adds agent idx's sandboxes of q's tenant and status to *ret (every page of its listing;
+ * the agent does not filter). */
+static int agent_list_tenant(local *l, int idx, const fe_list_query *q, const fe_ctx *ctx,
+                             fe_view_list *ret, cs_error **err)
+{
+        char token[64] = "";
+
+        for (;;) {
+                Nodeagent__V1__ListSandboxesRequest req =
+                        NODEAGENT__V1__LIST_SANDBOXES_REQUEST__INIT;
+                Nodeagent__V1__ListSandboxesResponse *resp = NULL;
+
+                req.include_destroyed =
+                        q->status == FE_STATUS_UNSPECIFIED || q->status == FE_STATUS_DESTROYED;
+                req.page_token = token;
+                if (agent_call(l, idx, NA("ListSandboxes"), &req.base,
+                               &nodeagent__v1__list_sandboxes_response__descriptor, ctx,
+                               (ProtobufCMessage **)&resp, err) < 0) {
+                        cs_error_prefix(err, "cannot list the sandboxes of node agent %s",
+                                        l->agents[idx].addr);
+                        return -1;
+                }
+                pthread_mutex_lock(&l->lock);
+                for (size_t i = 0; i < resp->n_sandboxes; i++) {
+                        const Nodeagent__V1__SandboxInfo *in = resp->sandboxes[i];
+
+                        if (!cs_uuid_valid(in->sandbox_id))
+                                continue;
+                        map_learn_locked(l, idx, in);
+                        if (strcmp(in->tenant_id, q->tenant_id) != 0 ||
+                            (q->status && status_of_agent(in->status) != q->status))
+                                continue;
+                        view_from_info(in, fe_view_list_add(ret));
+                }
+                pthread_mutex_unlock(&l->lock);
+                if (strlen(resp->next_page_token) >= sizeof(token)) {
+                        protobuf_c_message_free_unpacked(&resp->base, NULL);
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                            "node agent %s gave a page token of an unexpected "
+                                            "size",
+                                            l->agents[idx].addr);
+                }
+                snprintf(token, sizeof(token), "%s", resp->next_page_token);
+                protobuf_c_message_free_unpacked(&resp->base, NULL);
+                if (!token[0])
+                        return 0;
+        }
+}
+
+/* Every agent's sandboxes of the tenant, merged in the listing order: an agent that cannot
+ * be listed fails the call (UNAVAILABLE): a list without its sandboxes would understate
+ * what the tenant runs. */
+static int local_list(scheduler *s, const fe_list_query *q, const fe_ctx *ctx, fe_view_list *ret,
+                      cs_error **err)
+{
+        local *l = LOCAL(s);
+
+        await_listed(l, ctx);
+        for (int i = 0; i < l->n_agents; i++) {
+                if (agent_list_tenant(l, i, q, ctx, ret, err) < 0) {
+                        if ((*err)->code != GRPC_STATUS_UNAVAILABLE &&
+                            (*err)->code != GRPC_STATUS_DEADLINE_EXCEEDED &&
+                            (*err)->code != GRPC_STATUS_CANCELLED)
+                                (*err)->code = GRPC_STATUS_UNAVAILABLE;
+                        return -1;
+                }
+        }
+        fe_list_select(ret, q);
+        return 0;
+}
+
 static bool local_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
 {
         local *l = LOCAL(s);
@@ -661,6 +743,7 @@ static const scheduler_ops local_ops = {
         .describe = local_describe,
         .destroy = local_destroy,
         .route = local_route,
+        .list = local_list,
         .tenant_of = local_tenant_of,
         .serving = local_serving,
         .metrics = local_metrics,

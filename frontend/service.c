@@ -88,7 +88,60 @@ static int h_describe(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufC
         resp->created_at = pb_timestamp(call, v.created_at_ms);
         resp->current_uptime = pb_duration(call, fe_view_uptime_ms(&v, cs_now_realtime_ms()));
         resp->current_usage = pb_usage(call, &v.usage);
+        resp->status_reason = rpc_call_strdup(call, v.reason ?: "");
         fe_view_clear(&v);
+        return 0;
+}
+
+/* One sandbox of a listing, on the call's arena. */
+static Compute__V1__SandboxSummary *summary_of(rpc_call *call, const fe_view *v, int64_t now_ms)
+{
+        Compute__V1__SandboxSummary *m = rpc_call_alloc(call, sizeof(*m));
+
+        compute__v1__sandbox_summary__init(m);
+        m->sandbox_id = rpc_call_strdup(call, v->id);
+        m->tenant_id = rpc_call_strdup(call, v->tenant_id ?: "");
+        m->session_id = rpc_call_strdup(call, v->session_id ?: "");
+        m->status = (Compute__V1__SandboxStatus)v->status;
+        m->status_reason = rpc_call_strdup(call, v->reason ?: "");
+        m->created_at = pb_timestamp(call, v->created_at_ms);
+        m->current_uptime = pb_duration(call, fe_view_uptime_ms(v, now_ms));
+        m->current_usage = pb_usage(call, &v->usage);
+        m->destroyed_at = pb_timestamp(call, v->destroyed_at_ms);
+        if (v->cpu_millis || v->memory_bytes || v->max_runtime_ms) {
+                Compute__V1__ResourceLimits *lim = rpc_call_alloc(call, sizeof(*lim));
+
+                compute__v1__resource_limits__init(lim);
+                lim->cpu_millis = v->cpu_millis;
+                lim->memory_bytes = v->memory_bytes;
+                lim->max_runtime = pb_duration(call, v->max_runtime_ms);
+                m->limits = lim;
+        }
+        return m;
+}
+
+static int h_list(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
+                  void *userdata, cs_error **err)
+{
+        const Compute__V1__ListSandboxesRequest *req = (const void *)req_msg;
+        Compute__V1__ListSandboxesResponse *resp = (void *)resp_msg;
+        fe_ctx ctx = fe_ctx_from_call(call);
+        fe_view_list l = { 0 };
+        char next[FE_LIST_TOKEN_MAX + 1];
+        int64_t now = cs_now_realtime_ms();
+
+        (void)userdata;
+        if (fe_service_list(&svc, req->tenant_id, (fe_status)req->status, req->page_size,
+                            req->page_token, &ctx, &l, next, err) < 0)
+                return -1;
+        resp->n_sandboxes = l.n;
+        resp->sandboxes = rpc_call_alloc(call, (l.n + 1) * sizeof(*resp->sandboxes));
+        for (size_t i = 0; i < l.n; i++)
+                resp->sandboxes[i] = summary_of(call, &l.v[i], now);
+        resp->next_page_token = rpc_call_strdup(call, next);
+        rpc_call_log(call, CS_LOG_DEBUG, "listed %zu sandboxes of tenant %s%s", l.n, req->tenant_id,
+                     next[0] ? " (more follow)" : "");
+        fe_view_list_clear(&l);
         return 0;
 }
 
@@ -259,6 +312,8 @@ static const rpc_method methods[] = {
           &compute__v1__write_file_response__descriptor, h_write_file, NULL, NULL, "data" },
         { CS("ListFiles"), &compute__v1__list_files_request__descriptor,
           &compute__v1__list_files_response__descriptor, h_list_files, NULL, NULL, NULL },
+        { CS("ListSandboxes"), &compute__v1__list_sandboxes_request__descriptor,
+          &compute__v1__list_sandboxes_response__descriptor, h_list, NULL, NULL, NULL },
 };
 
 int frontend_service_register(rpc_server *srv, const frontend_service *s, cs_error **err)

@@ -166,6 +166,47 @@ int fe_service_destroy(const frontend_service *svc, const char *id, const fe_ctx
         return r;
 }
 
+int fe_service_list(const frontend_service *svc, const char *tenant_id, fe_status status,
+                    uint32_t page_size, const char *page_token, const fe_ctx *ctx,
+                    fe_view_list *ret, char next_token[static FE_LIST_TOKEN_MAX + 1],
+                    cs_error **err)
+{
+        char after_id[CS_UUID_STRLEN + 1];
+        fe_list_query q = { .tenant_id = tenant_id,
+                            .status = status,
+                            .after_id = after_id,
+                            .limit = fe_list_page_size(page_size) };
+        fe_hold hold;
+        int r;
+
+        memset(ret, 0, sizeof(*ret));
+        next_token[0] = '\0';
+        if (check_id("tenant_id", tenant_id, err) < 0)
+                return -1;
+        if ((unsigned)status > FE_STATUS_DESTROYED)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "status %d is not a SandboxStatus", (int)status);
+        if (fe_list_token_decode(page_token, tenant_id, status, &q.after_created_ms, after_id,
+                                 err) < 0)
+                return -1;
+        if (!svc->sched->ops->list)
+                return cs_error_set(err, GRPC_STATUS_UNIMPLEMENTED,
+                                    "the %s scheduler cannot list sandboxes",
+                                    svc->sched->ops->name);
+        if (tenant_take(svc, tenant_id, &hold, err) < 0)
+                return -1;
+        r = svc->sched->ops->list(svc->sched, &q, ctx, ret, err);
+        fe_hold_give(&hold);
+        if (r < 0) {
+                fe_view_list_clear(ret);
+                return -1;
+        }
+        if (ret->more && ret->n > 0)
+                fe_list_token_encode(tenant_id, status, ret->v[ret->n - 1].created_at_ms,
+                                     ret->v[ret->n - 1].id, next_token);
+        return 0;
+}
+
 int64_t fe_view_uptime_ms(const fe_view *v, int64_t now_ms)
 {
         /* A destroyed sandbox's uptime stops at its destruction. */

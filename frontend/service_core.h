@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "listing.h"
 #include "scheduler.h"
 #include "service.h"
 
@@ -34,6 +35,16 @@ int fe_service_describe(const frontend_service *svc, const char *id, const fe_ct
                         fe_view *ret, cs_error **err);
 int fe_service_destroy(const frontend_service *svc, const char *id, const fe_ctx *ctx, fe_view *ret,
                        cs_error **err);
+
+/* ListSandboxes: tenant_id checked as CreateSandbox checks it, status a known value,
+ * page_token one this frontend gave for that tenant and status (listing.h); the tenant's
+ * share taken; then the scheduler's list, one page of fe_list_page_size(page_size) views into
+ * *ret (the caller's to fe_view_list_clear) and the token of the next page into next_token
+ * ("" on the last page). */
+int fe_service_list(const frontend_service *svc, const char *tenant_id, fe_status status,
+                    uint32_t page_size, const char *page_token, const fe_ctx *ctx,
+                    fe_view_list *ret, char next_token[static FE_LIST_TOKEN_MAX + 1],
+                    cs_error **err);
 
 /* How long the sandbox of v has been up at now_ms (wall clock): until its destruction when
  * it has one; 0 when the clock says it has not started. */

@@ -23,7 +23,8 @@ class Compute:
                 ("DescribeSandbox", pb.DescribeSandboxRequest, pb.DescribeSandboxResponse),
                 ("ReadFile", pb.ReadFileRequest, pb.ReadFileResponse),
                 ("WriteFile", pb.WriteFileRequest, pb.WriteFileResponse),
-                ("ListFiles", pb.ListFilesRequest, pb.ListFilesResponse)):
+                ("ListFiles", pb.ListFilesRequest, pb.ListFilesResponse),
+                ("ListSandboxes", pb.ListSandboxesRequest, pb.ListSandboxesResponse)):
             setattr(self, name, self.channel.unary_unary(
                 f"/compute.v1.ComputeService/{name}", request_serializer=req.SerializeToString,
                 response_deserializer=resp.FromString))
@@ -61,6 +62,21 @@ class Compute:
     def ls(self, sid, path, **kw):
         return self.ListFiles(self.pb.ListFilesRequest(sandbox_id=sid, path=path, **kw),
                               timeout=60)
+
+    def list(self, tenant, **kw):
+        return self.ListSandboxes(self.pb.ListSandboxesRequest(tenant_id=tenant, **kw),
+                                  timeout=60)
+
+    def list_all(self, tenant, **kw):
+        """Every page of a listing: (sandboxes, pages)."""
+        out, pages, token = [], 0, ""
+        while True:
+            r = self.list(tenant, page_token=token, **kw)
+            pages += 1
+            out.extend(r.sandboxes)
+            token = r.next_page_token
+            if not token:
+                return out, pages
 
     def close(self):
         self.channel.close()

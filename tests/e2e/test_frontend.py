@@ -142,7 +142,82 @@ class FrontendTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.2)
         self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
+        # It says why (the agent's words in local mode, the pod's DeadlineExceeded in kube
+        # mode: the same sentence).
+        self.assertEqual(c.describe(sid).status_reason, "max_runtime of 2 s exceeded")
+        listed = c.list(tenant, status=pb.SANDBOX_STATUS_FAILED).sandboxes
+        self.assertEqual([(s.sandbox_id, s.status_reason) for s in listed],
+                         [(sid, "max_runtime of 2 s exceeded")])
         c.destroy(sid)
+
+    # --- ListSandboxes ---
+
+    def test_list_sandboxes_pages_and_filters(self):
+        c, pb = self.c, self.c.pb
+        INVALID = grpc.StatusCode.INVALID_ARGUMENT
+        tenant = "tenant-" + uuid.uuid4().hex[:8]
+        sessions = [f"list-{i}" for i in range(3)]
+        ids = {s: c.create(tenant, s).sandbox_id for s in sessions}
+        other = c.create("tenant-" + uuid.uuid4().hex[:8], "list-0").sandbox_id
+        for s in sessions:
+            # READY (exec waits for it), and some usage to report.
+            self.assertEqual(c.exec(ids[s], "true")[2].exit_code, 0)
+        gone = c.destroy(ids["list-1"])
+        self.assertEqual(c.list(tenant, page_size=1).sandboxes[0].tenant_id, tenant)
+
+        # Page by page (one a page: three pages, the last without a token), each sandbox
+        # once, oldest first (created_at, then id), the other tenant's never.
+        got, pages = c.list_all(tenant, page_size=1)
+        self.assertEqual(pages, 3)
+        self.assertEqual(sorted(s.sandbox_id for s in got), sorted(ids.values()))
+        key = [(s.created_at.ToMilliseconds(), s.sandbox_id) for s in got]
+        self.assertEqual(key, sorted(key))
+        by_id = {s.sandbox_id: s for s in got}
+        for session, sid in ids.items():
+            s = by_id[sid]
+            self.assertEqual((s.tenant_id, s.session_id), (tenant, session))
+            self.assertEqual(s.status_reason, "")
+            if session == "list-1":
+                self.assertEqual(s.status, pb.SANDBOX_STATUS_DESTROYED)
+                self.assertEqual(s.current_usage, gone.total_usage)
+                self.assertTrue(s.HasField("destroyed_at"))
+            else:
+                self.assertEqual(s.status, pb.SANDBOX_STATUS_READY)
+                self.assertEqual(s.limits.cpu_millis, 1000)
+                self.assertEqual(s.limits.memory_bytes, 1 << 30)
+                self.assertEqual(s.limits.max_runtime.seconds, 900)
+                self.assertFalse(s.HasField("destroyed_at"))
+                self.assertGreater(s.current_uptime.ToMilliseconds(), 0)
+        self.assertNotIn(other, by_id)
+        # One page when it fits: the default size, and a size over the cap (capped, no error).
+        for size in (0, 5000):
+            r = c.list(tenant, page_size=size)
+            self.assertEqual(len(r.sandboxes), 3)
+            self.assertEqual(r.next_page_token, "")
+
+        # By status.
+        self.assertEqual([s.sandbox_id for s in
+                          c.list(tenant, status=pb.SANDBOX_STATUS_DESTROYED).sandboxes],
+                         [ids["list-1"]])
+        ready, _ = c.list_all(tenant, status=pb.SANDBOX_STATUS_READY, page_size=1)
+        self.assertEqual(sorted(s.sandbox_id for s in ready),
+                         sorted([ids["list-0"], ids["list-2"]]))
+        self.assertEqual(len(c.list(tenant, status=pb.SANDBOX_STATUS_FAILED).sandboxes), 0)
+        self.assertEqual(len(c.list("tenant-nobody-" + uuid.uuid4().hex).sandboxes), 0)
+
+        # The tenant is required; a token is good for its own tenant and status only.
+        token = c.list(tenant, page_size=1).next_page_token
+        self.assertTrue(token)
+        self.assertEqual(code_of(c.list, ""), INVALID)
+        self.assertEqual(code_of(c.list, "has space"), INVALID)
+        self.assertEqual(code_of(c.list, "other-tenant", page_token=token), INVALID)
+        self.assertEqual(code_of(c.list, tenant, page_token=token,
+                                 status=pb.SANDBOX_STATUS_READY), INVALID)
+        for bad in ("garbage", "x" * 5000, token[:-4]):
+            self.assertEqual(code_of(c.list, tenant, page_token=bad), INVALID)
+        self.assertEqual(code_of(c.list, tenant, status=42), INVALID)
+        for sid in (ids["list-0"], ids["list-2"], other):
+            c.destroy(sid)
 
     def test_exec_semantics(self):
         c = self.c

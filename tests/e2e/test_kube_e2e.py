@@ -209,6 +209,20 @@ class KubeObjectsTest(unittest.TestCase):
         self.assertEqual(st["phase"], "Pending")
         self.assertIn("registry.example/img:1", waiting.get("message", ""))
         self.assertEqual(c.describe(sid).status, c.pb.SANDBOX_STATUS_STARTING)
+        # It says why, with the kubelet's message but not the node's image directory.
+        deadline = time.monotonic() + 30
+        while not c.describe(sid).status_reason:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.2)
+        reason = c.describe(sid).status_reason
+        self.assertRegex(reason, r"^the image cannot be pulled: (ErrImagePull|ImagePullBackOff)")
+        self.assertIn('"registry.example/img:1"', reason)
+        self.assertIn("<path>", reason)
+        self.assertNotIn(self.stack.images_dir, reason)
+        listed = c.list(tenant).sandboxes
+        self.assertEqual([(s.sandbox_id, s.status) for s in listed],
+                         [(sid, c.pb.SANDBOX_STATUS_STARTING)])
+        self.assertTrue(listed[0].status_reason.startswith("the image cannot be pulled: "))
         self.assertEqual(code_of(c.exec, sid, "true", rpc_timeout=3),
                          grpc.StatusCode.DEADLINE_EXCEEDED)
         self.assertEqual([n.name for n in self.stack.nodes if n.kubelet.running_pods()], [])
@@ -230,6 +244,7 @@ class KubeObjectsTest(unittest.TestCase):
             time.sleep(0.3)
         pod = self.stack.api.get("pods", SANDBOX_NS, pod_name(tenant, session))
         self.assertEqual(pod["status"].get("reason"), "DeadlineExceeded")
+        self.assertEqual(c.describe(sid).status_reason, "max_runtime of 3 s exceeded")
         self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
         c.destroy(sid)
 

@@ -387,8 +387,139 @@ class KubeSchedulerTest(unittest.TestCase):
         code, msg = error_of(self.c.exec, r.sandbox_id, "true")
         self.assertEqual(code, grpc.StatusCode.FAILED_PRECONDITION)
         self.assertIn("DeadlineExceeded", msg)
+        self.assertEqual(self.c.describe(r.sandbox_id).status_reason,
+                         "max_runtime of 900 s exceeded")
         # A FAILED sandbox is still the session's: a create returns it.
         self.assertEqual(self.c.create(tenant, session).sandbox_id, r.sandbox_id)
+
+    def wait_status(self, sid, status, timeout=10):
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self.c.describe(sid)
+            if d.status == status:
+                return d
+            self.assertLess(time.monotonic(), deadline, d)
+            time.sleep(0.05)
+
+    def test_status_reason_from_the_pod(self):
+        """Why a pod is not READY, from its status, as a kubelet and a scheduler report it;
+        host paths in the kubelet's message are not shown."""
+        rows = [
+            ({"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient memory."}]},
+             cpb.SANDBOX_STATUS_STARTING,
+             "the sandbox cannot be scheduled: Unschedulable: 0/3 nodes are available: "
+             "3 Insufficient memory."),
+            ({"phase": "Pending", "containerStatuses": [{
+                "name": "sandbox", "ready": False, "restartCount": 0, "image": "nope:1",
+                "imageID": "", "state": {"waiting": {
+                    "reason": "ErrImagePull", "message": 'failed to pull and unpack image '
+                    '"nope:1": not found: no image directory /var/lib/compute/images/nope:1 on '
+                    'this node'}}}]},
+             cpb.SANDBOX_STATUS_STARTING,
+             'the image cannot be pulled: ErrImagePull: failed to pull and unpack image '
+             '"nope:1": not found: no image directory <path> on this node'),
+            ({"phase": "Failed", "containerStatuses": [{
+                "name": "sandbox", "ready": False, "restartCount": 0, "image": "x",
+                "imageID": "", "state": {"terminated": {"reason": "OOMKilled",
+                                                        "exitCode": 137}}}]},
+             cpb.SANDBOX_STATUS_FAILED, "the sandbox ran out of memory (limit 1024 MiB)"),
+            ({"phase": "Running", "conditions": [{"type": "Ready", "status": "Unknown",
+                                                  "reason": "NodeLost"}]},
+             cpb.SANDBOX_STATUS_STARTING, "the sandbox's node is not responding (node lost)"),
+        ]
+        for status, want_status, want_reason in rows:
+            with self.subTest(reason=want_reason):
+                r = self.c.create(*self.new_session())
+                self.assertEqual(self.c.describe(r.sandbox_id).status_reason, "")
+                self.api.patch_status("pods", NS, self.pod_of(r.sandbox_id)["metadata"]["name"],
+                                      status)
+                deadline = time.monotonic() + 10
+                while self.c.describe(r.sandbox_id).status_reason != want_reason:
+                    self.assertLess(time.monotonic(), deadline,
+                                    self.c.describe(r.sandbox_id).status_reason)
+                    time.sleep(0.05)
+                self.assertEqual(self.c.describe(r.sandbox_id).status, want_status)
+        # READY: nothing to say.
+        r = self.c.create(*self.new_session())
+        self.make_ready(r.sandbox_id)
+        self.assertEqual(self.wait_status(r.sandbox_id, cpb.SANDBOX_STATUS_READY).status_reason,
+                         "")
+
+    def test_list_sandboxes(self):
+        """ListSandboxes from the caches: the tenant's pods and its destroyed sandboxes' PVCs,
+        each as DescribeSandbox reads it, in pages."""
+        tenant = "tenant-" + uuid.uuid4().hex[:8]
+        ids = {s: self.c.create(tenant, s).sandbox_id for s in ("a", "b", "c", "d")}
+        other = self.c.create("tenant-" + uuid.uuid4().hex[:8], "a").sandbox_id
+        self.make_ready(ids["a"])
+        self.wait_status(ids["a"], cpb.SANDBOX_STATUS_READY)
+        self.api.patch_status("pods", NS, self.pod_of(ids["b"])["metadata"]["name"], {
+            "phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/1 nodes are available"}]})
+        self.wait_status(ids["b"], cpb.SANDBOX_STATUS_STARTING)
+        gone = self.c.destroy(ids["c"])
+        # A pod deleted behind the frontend's back: FAILED, as describe says.
+        self.api.delete("pods", NS, self.pod_of(ids["d"])["metadata"]["name"])
+        self.wait_status(ids["d"], cpb.SANDBOX_STATUS_FAILED)
+        # The destroyed one stays listed after its pod has gone: from its PVC.
+        self.kubelet_finish_deletion(ids["c"])
+        deadline = time.monotonic() + 10
+        while self.pods_of(ids["c"]):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(self.pvc_of(ids["c"])["metadata"]["annotations"][ANN + "tenant-id"],
+                         tenant)
+
+        deadline = time.monotonic() + 10
+        while True:
+            got, pages = self.c.list_all(tenant, page_size=1)
+            by_id = {s.sandbox_id: s for s in got}
+            if by_id.keys() == set(ids.values()) and \
+                    by_id[ids["b"]].status_reason and \
+                    by_id[ids["d"]].status == cpb.SANDBOX_STATUS_FAILED:
+                break
+            self.assertLess(time.monotonic(), deadline, got)
+            time.sleep(0.1)
+        self.assertEqual(pages, 4)
+        key = [(s.created_at.ToMilliseconds(), s.sandbox_id) for s in got]
+        self.assertEqual(key, sorted(key))
+        self.assertNotIn(other, by_id)
+        a, b, c, d = (by_id[ids[s]] for s in "abcd")
+        self.assertEqual((a.status, a.status_reason, a.session_id, a.tenant_id),
+                         (cpb.SANDBOX_STATUS_READY, "", "a", tenant))
+        self.assertEqual(a.current_usage.cpu_ms, USAGE_CPU_MS)  # from its node's agent
+        self.assertEqual((a.limits.cpu_millis, a.limits.memory_bytes,
+                          a.limits.max_runtime.seconds), (1000, 1 << 30, 900))
+        self.assertEqual((b.status, b.status_reason),
+                         (cpb.SANDBOX_STATUS_STARTING, "the sandbox cannot be scheduled: "
+                          "Unschedulable: 0/1 nodes are available"))
+        self.assertEqual((c.status, c.session_id, c.tenant_id),
+                         (cpb.SANDBOX_STATUS_DESTROYED, "c", tenant))
+        self.assertEqual(c.current_usage, gone.total_usage)
+        self.assertTrue(c.HasField("destroyed_at"))
+        self.assertFalse(c.HasField("limits"))  # the pod, and its spec, are gone
+        self.assertEqual(c.created_at, self.c.describe(ids["c"]).created_at)
+        self.assertEqual(d.status, cpb.SANDBOX_STATUS_FAILED)
+        self.assertIn("deleted by something other than this service", d.status_reason)
+
+        # By status; a token for its own tenant and status only.
+        only = self.c.list(tenant, status=cpb.SANDBOX_STATUS_DESTROYED)
+        self.assertEqual([s.sandbox_id for s in only.sandboxes], [ids["c"]])
+        self.assertEqual(only.next_page_token, "")
+        token = self.c.list(tenant, page_size=2).next_page_token
+        self.assertTrue(token)
+        self.assertEqual(code_of(self.c.list, tenant, page_token=token,
+                                 status=cpb.SANDBOX_STATUS_READY),
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(code_of(self.c.list, "someone-else", page_token=token),
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(code_of(self.c.list, ""), grpc.StatusCode.INVALID_ARGUMENT)
+        rest = self.c.list(tenant, page_token=token)
+        self.assertEqual([s.sandbox_id for s in rest.sandboxes],
+                         [s.sandbox_id for s in got[2:]])
 
     def test_unknown_sandbox(self):
         unknown = str(uuid.uuid4())
@@ -405,8 +536,11 @@ class KubeSchedulerTest(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(code_of(self.c.exec, r.sandbox_id, "true"),
                          grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("deleted by something other than this service",
+                      self.c.describe(r.sandbox_id).status_reason)
         self.c.destroy(r.sandbox_id)
         self.assertEqual(self.c.describe(r.sandbox_id).status, cpb.SANDBOX_STATUS_DESTROYED)
+        self.assertEqual(self.c.describe(r.sandbox_id).status_reason, "")
 
     # --- routing ---
 

@@ -67,6 +67,7 @@ static const wire_type wire_types[] = {
         { &compute__v1__write_file_response__descriptor, NULL },
         { &compute__v1__list_files_response__descriptor, NULL },
         { &nodeagent__v1__get_usage_response__descriptor, NULL },
+        { &compute__v1__list_sandboxes_request__descriptor, NULL },
 };
 
 #define FUZZ_BAD_CODE GRPC_STATUS_INVALID_ARGUMENT

@@ -28,7 +28,7 @@ TYPES = [
     n.GetAgentInfoResponse, n.CreateSandboxResponse, n.DestroySandboxResponse,
     n.GetSandboxResponse, n.ListSandboxesResponse,
     c.ExecEvent, c.ReadFileResponse, c.WriteFileResponse, c.ListFilesResponse,
-    n.GetUsageResponse,
+    n.GetUsageResponse, c.ListSandboxesRequest,
 ]
 
 UUID = '3f2a9c1e-7b4d-4e8a-9c0f-1d2e3f4a5b6c'

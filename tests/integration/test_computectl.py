@@ -30,7 +30,7 @@ CTL = os.path.join(BUILD_DIR, "bin", "computectl")
 FRONTEND = os.path.join(BUILD_DIR, "bin", "compute-frontend")
 MIB = 1024 * 1024
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-COMMANDS = ["create", "describe", "destroy", "exec", "cp", "ls"]
+COMMANDS = ["create", "describe", "destroy", "list", "exec", "cp", "ls"]
 
 # Everything started is stopped by these, in reverse order, whatever happens: after the tests,
 # when setUpClass fails half-way, and on SIGTERM (ctest's timeout).
@@ -178,7 +178,11 @@ class ComputectlTest(unittest.TestCase):
         for args in (["no-such-command"], [], ["--no-such-flag", "ls", "x"],
                      ["exec", "--bogus", "x", "true"], ["describe"], ["exec", "x"],
                      ["cp", "a", "b"], ["create", "--tenant", "t"],
-                     ["create", "--tenant", "t", "--session", "s", "--memory", "12Q"]):
+                     ["create", "--tenant", "t", "--session", "s", "--memory", "12Q"],
+                     ["list"], ["list", "--tenant", "t", "extra"],
+                     ["list", "--tenant", "t", "--status", "sleeping"],
+                     ["list", "--tenant", "t", "--page-size", "0"],
+                     ["list", "--tenant", "t", "--page-size", "1001"]):
             p = subprocess.run([CTL, "--addr", self.frontend.address, *args],
                                capture_output=True, timeout=30)
             self.assertEqual(p.returncode, 2, (args, p.stderr))
@@ -288,6 +292,85 @@ class ComputectlTest(unittest.TestCase):
         self.assertGreater(int(kv_lines(p.stdout.decode())["cpu_ms"]), 0, self.explain(p))
         p = self.ok("describe", sid)
         self.assertEqual(kv_lines(p.stdout.decode())["status"], "DESTROYED", self.explain(p))
+
+    def test_list_and_status_reason(self):
+        tenant = str(uuid.uuid4())
+        ids = {}
+        for session in ("s0", "s1", "s2"):
+            extra = ["--max-runtime", "2"] if session == "s2" else []
+            p = self.ok("create", "--tenant", tenant, "--session", session, *extra)
+            ids[session] = p.stdout.decode().strip()
+        self.ok("exec", ids["s0"], "true")
+        self.ok("destroy", ids["s1"])
+        # s2 fails when its max_runtime passes; describe says why, in text and JSON.
+        deadline = time.monotonic() + 60
+        while True:
+            info = kv_lines(self.ok("describe", ids["s2"]).stdout.decode())
+            if info["status"] == "FAILED":
+                break
+            self.assertLess(time.monotonic(), deadline, info)
+            time.sleep(0.3)
+        self.assertEqual(info["status_reason"], "max_runtime of 2 s exceeded")
+        doc = json.loads(self.ok("--json", "describe", ids["s2"]).stdout)
+        self.assertEqual(doc["status_reason"], "max_runtime of 2 s exceeded")
+        # A READY sandbox has no status_reason line (the README's session is unchanged), and
+        # "" in JSON.
+        p = self.ok("describe", ids["s0"])
+        self.assertNotIn("status_reason", kv_lines(p.stdout.decode()))
+        self.assertEqual(json.loads(self.ok("--json", "describe", ids["s0"]).stdout)
+                         ["status_reason"], "")
+
+        # The table: a header, then one row per sandbox, oldest first; pages fetched in turn.
+        p = self.ok("list", "--tenant", tenant, "--page-size", "1")
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual(lines[0].split()[:4], ["SANDBOX", "ID", "STATUS", "CREATED"],
+                         self.explain(p))
+        rows = [ln.split(None, 7) for ln in lines[1:]]
+        self.assertEqual([r[0] for r in rows], [ids["s0"], ids["s1"], ids["s2"]],
+                         self.explain(p))
+        self.assertEqual([r[1] for r in rows], ["READY", "DESTROYED", "FAILED"])
+        self.assertEqual([r[6] for r in rows], ["s0", "s1", "s2"])
+        self.assertEqual(rows[0][7], "-")
+        self.assertEqual(rows[2][7], "max_runtime of 2 s exceeded")
+        self.assertRegex(rows[0][2], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+        # --json: the same, with limits and usage; the same field names as describe.
+        doc = json.loads(self.ok("--json", "list", "--tenant", tenant, "--page-size", "2").stdout)
+        self.assertFalse(doc["truncated"])
+        got = {d["sandbox_id"]: d for d in doc["sandboxes"]}
+        self.assertEqual(list(got), [ids["s0"], ids["s1"], ids["s2"]])
+        s0, s1, s2 = (got[ids[s]] for s in ("s0", "s1", "s2"))
+        self.assertEqual((s0["tenant_id"], s0["session_id"], s0["status"], s0["status_reason"]),
+                         (tenant, "s0", "READY", ""))
+        self.assertEqual(s0["limits"], {"cpu_millis": 1000, "memory_bytes": 1 << 30,
+                                        "max_runtime_ms": 900000})
+        self.assertGreater(s0["usage"]["cpu_ms"], 0)
+        self.assertIsNone(s0["destroyed_at"])
+        self.assertEqual(s1["status"], "DESTROYED")
+        self.assertIsNotNone(s1["destroyed_at"])
+        self.assertEqual((s2["status"], s2["status_reason"], s2["limits"]["max_runtime_ms"]),
+                         ("FAILED", "max_runtime of 2 s exceeded", 2000))
+
+        # --status and --limit.
+        p = self.ok("list", "--tenant", tenant, "--status", "destroyed")
+        self.assertEqual([ln.split()[0] for ln in p.stdout.decode().splitlines()[1:]],
+                         [ids["s1"]])
+        p = self.ok("--json", "list", "--tenant", tenant, "--status", "SANDBOX_STATUS_FAILED")
+        self.assertEqual([d["sandbox_id"] for d in json.loads(p.stdout)["sandboxes"]],
+                         [ids["s2"]])
+        p = self.ok("list", "--tenant", tenant, "--limit", "2")
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual([ln.split()[0] for ln in lines[1:3]], [ids["s0"], ids["s1"]])
+        self.assertEqual(lines[3:], ["(truncated at --limit 2)"])
+        doc = json.loads(self.ok("--json", "list", "--tenant", tenant, "--limit", "2").stdout)
+        self.assertEqual((len(doc["sandboxes"]), doc["truncated"]), (2, True))
+        doc = json.loads(self.ok("--json", "list", "--tenant", tenant, "--limit", "3").stdout)
+        self.assertEqual((len(doc["sandboxes"]), doc["truncated"]), (3, False))
+        # Another tenant's list is empty: the header only.
+        p = self.ok("list", "--tenant", str(uuid.uuid4()))
+        self.assertEqual(len(p.stdout.decode().splitlines()), 1)
+        for sid in (ids["s0"], ids["s2"]):
+            self.ok("destroy", sid)
 
     def test_progress_bar_on_a_terminal(self):
         sid = self.create()

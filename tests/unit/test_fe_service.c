@@ -166,6 +166,25 @@ static int fake_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route 
         return 0;
 }
 
+/* The listing as both real schedulers make it: the tenant's and status's candidates, then
+ * listing.c's order and page. */
+static int fake_list(scheduler *s, const fe_list_query *q, const fe_ctx *ctx, fe_view_list *ret,
+                     cs_error **err)
+{
+        fake *f = (fake *)s;
+
+        if (fake_enter(f, ctx, err) < 0)
+                return -1;
+        for (int i = 0; i < f->n; i++) {
+                if (strcmp(f->sb[i].tenant, q->tenant_id) != 0 ||
+                    (q->status && f->sb[i].status != q->status))
+                        continue;
+                fake_view(&f->sb[i], fe_view_list_add(ret));
+        }
+        fe_list_select(ret, q);
+        return 0;
+}
+
 static bool fake_tenant_of(scheduler *s, const char *id, char ret[static CS_ID_MAX + 1])
 {
         fake_sandbox *sb = fake_find((fake *)s, id);
@@ -186,6 +205,7 @@ static const scheduler_ops fake_ops = {
         .describe = fake_describe,
         .destroy = fake_destroy,
         .route = fake_route,
+        .list = fake_list,
         .tenant_of = fake_tenant_of,
         .free = fake_free,
 };
@@ -711,6 +731,132 @@ static void test_tenant_share_given_back_on_failure(void **state)
         cs_share_free(w->svc.tenant_share);
 }
 
+/* ---- ListSandboxes ---- */
+
+/* Pages through tenant's sandboxes of status, page_size at a time; returns how many, with
+ * their ids in ids (in the order listed) and the page count in *pages. */
+static int list_all(world *w, const char *tenant, fe_status status, uint32_t page_size,
+                    char ids[][CS_UUID_STRLEN + 1], int *pages)
+{
+        char token[FE_LIST_TOKEN_MAX + 1] = "", next[FE_LIST_TOKEN_MAX + 1];
+        cs_error *err = NULL;
+        int n = 0;
+
+        *pages = 0;
+        do {
+                fe_view_list l;
+
+                assert_int_equal(fe_service_list(&w->svc, tenant, status, page_size, token, &w->ctx,
+                                                 &l, next, &err),
+                                 0);
+                assert_true(l.n <= fe_list_page_size(page_size));
+                for (size_t i = 0; i < l.n; i++)
+                        snprintf(ids[n++], CS_UUID_STRLEN + 1, "%s", l.v[i].id);
+                (*pages)++;
+                fe_view_list_clear(&l);
+                memcpy(token, next, sizeof(token));
+        } while (token[0]);
+        return n;
+}
+
+static void test_list_pages_and_filters(void **state)
+{
+        world *w = *state;
+        char ids[FAKE_MAX][CS_UUID_STRLEN + 1], made[5][CS_UUID_STRLEN + 1];
+        char next[FE_LIST_TOKEN_MAX + 1], token[FE_LIST_TOKEN_MAX + 1];
+        cs_error *err = NULL;
+        fe_view_list l;
+        fe_view v = { 0 };
+        int pages;
+
+        for (int i = 0; i < 5; i++) {
+                char session[8];
+                snprintf(session, sizeof(session), "s%d", i);
+                make_sandbox_of(w, "acme", session, made[i]);
+                w->f.sb[w->f.n - 1].created_at_ms = 1000 + i; /* oldest first */
+        }
+        make_sandbox_of(w, "other", "s0", ids[0]);
+        assert_int_equal(fe_service_destroy(&w->svc, made[1], &w->ctx, &v, &err), 0);
+        fe_view_clear(&v);
+
+        /* Every one of the tenant's, once, oldest first, in pages of 2 (3 pages). */
+        assert_int_equal(list_all(w, "acme", FE_STATUS_UNSPECIFIED, 2, ids, &pages), 5);
+        assert_int_equal(pages, 3);
+        for (int i = 0; i < 5; i++)
+                assert_string_equal(ids[i], made[i]);
+        /* By status. */
+        assert_int_equal(list_all(w, "acme", FE_STATUS_DESTROYED, 2, ids, &pages), 1);
+        assert_string_equal(ids[0], made[1]);
+        assert_int_equal(list_all(w, "acme", FE_STATUS_STARTING, 0, ids, &pages), 4);
+        assert_int_equal(pages, 1);
+        assert_int_equal(list_all(w, "acme", FE_STATUS_READY, 0, ids, &pages), 0);
+        assert_int_equal(list_all(w, "nobody", FE_STATUS_UNSPECIFIED, 0, ids, &pages), 0);
+
+        /* The tenant is required and checked; the status must be one; a token is for its
+         * own tenant and status. None of these reach the scheduler. */
+        int calls = w->f.calls;
+        assert_int_equal(fe_service_list(&w->svc, "", 0, 0, "", &w->ctx, &l, next, &err), -1);
+        assert_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "tenant_id is empty");
+        assert_int_equal(fe_service_list(&w->svc, "a b", 0, 0, "", &w->ctx, &l, next, &err), -1);
+        assert_error(&err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "tenant_id must be printable ASCII without spaces");
+        assert_int_equal(
+                fe_service_list(&w->svc, "acme", (fe_status)9, 0, "", &w->ctx, &l, next, &err), -1);
+        assert_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "status 9 is not a SandboxStatus");
+        assert_int_equal(w->f.calls, calls);
+        assert_int_equal(fe_service_list(&w->svc, "acme", 0, 1, "", &w->ctx, &l, token, &err), 0);
+        assert_int_equal(l.n, 1);
+        fe_view_list_clear(&l);
+        assert_true(token[0]);
+        calls = w->f.calls;
+        assert_int_equal(fe_service_list(&w->svc, "other", 0, 1, token, &w->ctx, &l, next, &err),
+                         -1);
+        assert_error(&err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "page_token was given for another tenant_id or status");
+        assert_int_equal(fe_service_list(&w->svc, "acme", FE_STATUS_READY, 1, token, &w->ctx, &l,
+                                         next, &err),
+                         -1);
+        assert_error(&err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "page_token was given for another tenant_id or status");
+        assert_int_equal(fe_service_list(&w->svc, "acme", 0, 1, "garbage", &w->ctx, &l, next, &err),
+                         -1);
+        assert_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "page_token is not one this service gave");
+        assert_int_equal(w->f.calls, calls);
+
+        /* A scheduler failure passes through, with nothing listed. */
+        w->f.fail_code = GRPC_STATUS_UNAVAILABLE;
+        w->f.fail_msg = "node agent x unreachable";
+        assert_int_equal(fe_service_list(&w->svc, "acme", 0, 0, "", &w->ctx, &l, next, &err), -1);
+        assert_error(&err, GRPC_STATUS_UNAVAILABLE, "node agent x unreachable");
+        assert_int_equal(l.n, 0);
+        assert_null(l.v);
+}
+
+/* The call counts against the request's tenant, and gives its unit back. */
+static void test_list_takes_the_tenant_share(void **state)
+{
+        world *w = *state;
+        char id[CS_UUID_STRLEN + 1], next[FE_LIST_TOKEN_MAX + 1];
+        cs_error *err = NULL;
+        fe_view_list l;
+        fe_route r, r2;
+
+        w->svc.tenant_share = cs_share_new(2, 8);
+        make_sandbox_of(w, "t", "s", id);
+        assert_int_equal(fe_service_list(&w->svc, "t", 0, 0, "", &w->ctx, &l, next, &err), 0);
+        fe_view_list_clear(&l);
+        assert_int_equal(cs_share_held(w->svc.tenant_share, "t"), 0);
+        assert_int_equal(fe_service_exec_route(&w->svc, id, "true", 0, &w->ctx, &r, &err), 0);
+        assert_int_equal(fe_service_exec_route(&w->svc, id, "true", 0, &w->ctx, &r2, &err), 0);
+        assert_int_equal(fe_service_list(&w->svc, "t", 0, 0, "", &w->ctx, &l, next, &err), -1);
+        assert_error(&err, GRPC_STATUS_RESOURCE_EXHAUSTED, TENANT_FULL);
+        assert_int_equal(fe_service_list(&w->svc, "u", 0, 0, "", &w->ctx, &l, next, &err), 0);
+        fe_view_list_clear(&l);
+        fe_route_release(&r);
+        fe_route_release(&r2);
+        cs_share_free(w->svc.tenant_share);
+}
+
 /* ---- the context ---- */
 
 static void test_ctx_cancel_and_sleep(void **state)
@@ -767,6 +913,8 @@ int main(void)
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_tenant_share_given_back_on_failure, setup,
                                                 teardown),
+                cmocka_unit_test_setup_teardown(test_list_pages_and_filters, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_list_takes_the_tenant_share, setup, teardown),
                 cmocka_unit_test(test_ctx_cancel_and_sleep),
         };
 

@@ -319,7 +319,11 @@ static void test_pvc_fields(void **state)
         assert_string_equal(kobj_label(pvc, LABEL_SANDBOX_ID), ID);
         assert_string_equal(kobj_label(pvc, LABEL_TENANT_ID), "acme");
         assert_true(json_is_object(at(pvc, "metadata.annotations")));
-        assert_int_equal(json_object_size(at(pvc, "metadata.annotations")), 0);
+        /* Whose it is, for ListSandboxes once the pod is gone. */
+        assert_int_equal(json_object_size(at(pvc, "metadata.annotations")), 2);
+        assert_string_equal(kobj_annotation(pvc, ANN_TENANT_ID), "acme");
+        assert_string_equal(kobj_annotation(pvc, ANN_SESSION_ID), "s-1");
+        assert_string_equal(kobj_pvc_tenant(pvc), "acme");
         modes = at(pvc, "spec.accessModes");
         assert_int_equal(json_array_size(modes), 1);
         assert_string_equal(json_string_value(json_array_get(modes, 0)), "ReadWriteOnce");
@@ -345,14 +349,17 @@ static void test_destroy_annotations_and_view(void **state)
 {
         usage_metrics u = { .cpu_ms = 1234, .memory_peak_bytes = 5 << 20 };
         int64_t now = 1767225600000ll; /* 2026-01-01T00:00:00Z */
-        _cleanup_json_ json_t *pod =
-                json_pack("{s:{s:s}}", "metadata", "creationTimestamp", "2025-12-31T23:00:00Z");
+        _cleanup_json_ json_t *pod = json_pack(
+                "{s:{s:s, s:{s:s, s:s}}}", "metadata", "creationTimestamp", "2025-12-31T23:00:00Z",
+                "annotations", ANN_TENANT_ID, "acme", ANN_SESSION_ID, "s-1");
         _cleanup_json_ json_t *ann = kobj_destroy_annotations(3600, pod, NULL, &u, now);
         _cleanup_json_ json_t *ann2 = NULL, *usage = NULL, *pvc = NULL;
         fe_view v = { 0 };
 
         (void)state;
-        assert_int_equal(json_object_size(ann), 4);
+        assert_int_equal(json_object_size(ann), 6);
+        assert_string_equal(json_string_value(json_object_get(ann, ANN_TENANT_ID)), "acme");
+        assert_string_equal(json_string_value(json_object_get(ann, ANN_SESSION_ID)), "s-1");
         assert_string_equal(json_string_value(json_object_get(ann, ANN_DELETE_AFTER)),
                             "2026-01-01T01:00:00Z");
         assert_string_equal(json_string_value(json_object_get(ann, ANN_DESTROYED_AT)),
@@ -374,12 +381,17 @@ static void test_destroy_annotations_and_view(void **state)
         assert_int_equal(v.destroyed_at_ms, now);
         assert_int_equal(v.usage.cpu_ms, 1234);
         assert_int_equal(v.usage.memory_peak_bytes, 5 << 20);
+        assert_string_equal(v.tenant_id, "acme");
+        assert_string_equal(v.session_id, "s-1");
+        assert_null(v.reason);
         fe_view_clear(&v);
 
         /* Without a pod: the PVC's creation time; without either: now. */
         ann2 = kobj_destroy_annotations(0, NULL, pvc, &u, now);
         assert_string_equal(json_string_value(json_object_get(ann2, ANN_CREATED_AT)),
                             "2025-06-01T00:00:00Z");
+        /* The PVC's owner annotations are carried over when there is no pod. */
+        assert_string_equal(json_string_value(json_object_get(ann2, ANN_TENANT_ID)), "acme");
         assert_string_equal(json_string_value(json_object_get(ann2, ANN_DELETE_AFTER)),
                             "2026-01-01T00:00:00Z");
         json_decref(ann2);
@@ -429,6 +441,107 @@ static void test_pod_status(void **state)
         assert_int_equal(kobj_pod_status(bare), FE_STATUS_STARTING);
 }
 
+/* ---- status_reason ---- */
+
+/* The built pod (limits 250m, 128 MiB, activeDeadlineSeconds 2) with status (a JSON text). */
+static json_t *built_pod_with_status(const char *status_json)
+{
+        kobj_spec spec = full_spec();
+        json_t *pod = kobj_pod_build("ns", "gvisor", &spec, "sbx-x", ID);
+
+        json_object_set_new(pod, "status", json_loads(status_json, 0, NULL));
+        return pod;
+}
+
+static void assert_reason(const char *status_json, const char *want)
+{
+        _cleanup_json_ json_t *pod = built_pod_with_status(status_json);
+        _cleanup_free_ char *raw = kobj_pod_reason(pod);
+        fe_view v;
+
+        if (!want) {
+                assert_null(raw);
+        } else {
+                assert_non_null(raw);
+                assert_string_equal(raw, want);
+        }
+        kobj_view_of_pod(ID, pod, &v);
+        if (!want)
+                assert_null(v.reason);
+        else
+                assert_non_null(v.reason);
+        fe_view_clear(&v);
+}
+
+static void test_pod_reason(void **state)
+{
+        (void)state;
+        assert_reason("{\"phase\": \"Running\", \"conditions\": [{\"type\": \"Ready\", "
+                      "\"status\": \"True\"}]}",
+                      NULL);
+        assert_reason("{\"phase\": \"Pending\"}", NULL);
+        assert_reason("{\"phase\": \"Pending\", \"containerStatuses\": [{\"name\": \"sandbox\", "
+                      "\"state\": {\"waiting\": {\"reason\": \"ContainerCreating\"}}}]}",
+                      NULL);
+        assert_reason("{\"phase\": \"Pending\", \"containerStatuses\": [{\"name\": \"sandbox\", "
+                      "\"state\": {\"waiting\": {\"reason\": \"ImagePullBackOff\", \"message\": "
+                      "\"Back-off pulling image \\\"nope:1\\\"\"}}}]}",
+                      "the image cannot be pulled: ImagePullBackOff: Back-off pulling image "
+                      "\"nope:1\"");
+        assert_reason("{\"phase\": \"Pending\", \"conditions\": [{\"type\": \"PodScheduled\", "
+                      "\"status\": \"False\", \"reason\": \"Unschedulable\", \"message\": \"0/3 "
+                      "nodes are available: 3 Insufficient memory.\"}]}",
+                      "the sandbox cannot be scheduled: Unschedulable: 0/3 nodes are available: "
+                      "3 Insufficient memory.");
+        assert_reason("{\"phase\": \"Failed\", \"reason\": \"DeadlineExceeded\", \"message\": "
+                      "\"Pod was active on the node longer than the specified deadline\"}",
+                      "max_runtime of 2 s exceeded");
+        assert_reason("{\"phase\": \"Failed\", \"containerStatuses\": [{\"name\": \"sandbox\", "
+                      "\"state\": {\"terminated\": {\"reason\": \"OOMKilled\", \"exitCode\": "
+                      "137}}}]}",
+                      "the sandbox ran out of memory (limit 128 MiB)");
+        assert_reason("{\"phase\": \"Failed\", \"containerStatuses\": [{\"name\": \"sandbox\", "
+                      "\"state\": {\"terminated\": {\"reason\": \"Error\", \"exitCode\": 3}}}]}",
+                      "the sandbox's container exited with code 3 (Error)");
+        assert_reason("{\"phase\": \"Failed\", \"reason\": \"Evicted\", \"message\": \"The node "
+                      "was low on resource: ephemeral-storage.\"}",
+                      "the sandbox's pod failed: Evicted: The node was low on resource: "
+                      "ephemeral-storage.");
+        assert_reason("{\"phase\": \"Failed\"}", "the sandbox's pod failed");
+        assert_reason("{\"phase\": \"Running\", \"conditions\": [{\"type\": \"Ready\", "
+                      "\"status\": \"Unknown\", \"reason\": \"NodeLost\"}]}",
+                      "the sandbox's node is not responding (node lost)");
+        assert_reason("{\"phase\": \"Running\", \"conditions\": [{\"type\": \"Ready\", "
+                      "\"status\": \"False\", \"reason\": \"NodeNotReady\"}]}",
+                      "the sandbox's node is not responding (node lost)");
+}
+
+static void test_view_of_pod(void **state)
+{
+        _cleanup_json_ json_t *pod = built_pod_with_status(
+                "{\"phase\": \"Pending\", \"containerStatuses\": [{\"name\": \"sandbox\", "
+                "\"state\": {\"waiting\": {\"reason\": \"ErrImagePull\", \"message\": \"open "
+                "/var/lib/containerd/x: no such file\\n\\u0001\"}}}]}");
+        fe_view v;
+
+        (void)state;
+        json_object_set_new(json_object_get(pod, "metadata"), "creationTimestamp",
+                            json_string("2026-01-01T00:00:00Z"));
+        kobj_view_of_pod(ID, pod, &v);
+        assert_string_equal(v.id, ID);
+        assert_int_equal(v.status, FE_STATUS_STARTING);
+        assert_int_equal(v.created_at_ms, 1767225600000ll);
+        assert_string_equal(v.tenant_id, "acme");
+        assert_string_equal(v.session_id, "s-1");
+        assert_int_equal(v.cpu_millis, 250);
+        assert_int_equal(v.memory_bytes, 128ull << 20);
+        assert_int_equal(v.max_runtime_ms, 2000);
+        /* Cleaned: no host path, no control characters. */
+        assert_string_equal(v.reason,
+                            "the image cannot be pulled: ErrImagePull: open <path>: no such file");
+        fe_view_clear(&v);
+}
+
 static void test_workspace_mount_path(void **state)
 {
         _cleanup_json_ json_t *pod = json_pack(
@@ -468,6 +581,8 @@ int main(void)
                 cmocka_unit_test(test_pvc_fields),
                 cmocka_unit_test(test_destroy_annotations_and_view),
                 cmocka_unit_test(test_pod_status),
+                cmocka_unit_test(test_pod_reason),
+                cmocka_unit_test(test_view_of_pod),
                 cmocka_unit_test(test_workspace_mount_path),
                 cmocka_unit_test(test_metadata_readers),
         };

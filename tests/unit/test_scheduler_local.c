@@ -18,6 +18,7 @@
 
 #include "compute/v1/compute.pb-c.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
+#include "listing.h"
 #include "scheduler.h"
 #include "util.h"
 #include "uuid.h"
@@ -32,6 +33,9 @@ typedef struct fake_agent {
         char sandbox_id[CS_UUID_STRLEN + 1]; /* the one sandbox it holds ("" none) */
         atomic_bool sick;                    /* GetAgentInfo fails (a missed health check) */
         atomic_int creates;                  /* CreateSandbox calls answered */
+        int status;                          /* its sandbox's compute.v1 status (0: READY) */
+        const char *message;                 /* its status_message ("" when NULL) */
+        int64_t created_ms;                  /* its created_at (0: unset) */
         rpc_method methods[4];               /* the server keeps pointers to them */
 } fake_agent;
 
@@ -45,6 +49,24 @@ static Nodeagent__V1__SandboxInfo *info_of(rpc_call *call, const char *id, const
         in->tenant_id = rpc_call_strdup(call, tenant);
         in->session_id = rpc_call_strdup(call, session);
         in->status = status;
+        return in;
+}
+
+/* The fake agent's one sandbox, as it reports it. */
+static Nodeagent__V1__SandboxInfo *held_info(rpc_call *call, const fake_agent *a)
+{
+        Nodeagent__V1__SandboxInfo *in =
+                info_of(call, a->sandbox_id, "t", "s",
+                        a->status ? a->status : COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_READY);
+
+        in->status_message = rpc_call_strdup(call, a->message ? a->message : "");
+        if (a->created_ms) {
+                in->created_at = rpc_call_alloc(call, sizeof(*in->created_at));
+                google__protobuf__timestamp__init(in->created_at);
+                in->created_at->seconds = a->created_ms / 1000;
+                in->created_at->nanos = (int32_t)(a->created_ms % 1000) * 1000000;
+        }
+        in->cpu_millis = 500;
         return in;
 }
 
@@ -73,8 +95,7 @@ static int h_list(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage 
                 return 0;
         resp->n_sandboxes = 1;
         resp->sandboxes = rpc_call_alloc(call, sizeof(*resp->sandboxes));
-        resp->sandboxes[0] = info_of(call, a->sandbox_id, "t", "s",
-                                     COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_READY);
+        resp->sandboxes[0] = held_info(call, a);
         return 0;
 }
 
@@ -87,8 +108,7 @@ static int h_get(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessa
 
         if (!req->ref || strcmp(req->ref->sandbox_id, a->sandbox_id) != 0)
                 return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "no sandbox");
-        resp->sandbox = info_of(call, a->sandbox_id, "t", "s",
-                                COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_READY);
+        resp->sandbox = held_info(call, a);
         return 0;
 }
 
@@ -270,6 +290,82 @@ static void test_placement_prefers_healthy(void **state)
         fake_agent_stop(&b);
 }
 
+/* ListSandboxes merges the agents' sandboxes of the tenant in the listing order, with the
+ * failure reason cleaned; an agent that cannot be listed fails the call. */
+static void test_list_merges_agents(void **state)
+{
+        fake_agent a, b;
+        scheduler *s;
+        fe_ctx ctx = ctx_of(10000);
+        char agents[160];
+        cs_error *err = NULL;
+        fe_view_list l = { 0 };
+        fe_list_query q = { .tenant_id = "t", .after_id = "", .limit = 10 };
+
+        (void)state;
+        fake_agent_start(&a, true);
+        fake_agent_start(&b, true);
+        a.created_ms = 2000;
+        b.created_ms = 1000;
+        b.status = COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_FAILED;
+        b.message = "cannot open /var/lib/compute/sandboxes/x/rootfs: gone";
+        snprintf(agents, sizeof(agents), "%s,%s", a.addr, b.addr);
+        s = local_new(agents);
+
+        /* Both agents', oldest first (b's, then a's). */
+        assert_int_equal(s->ops->list(s, &q, &ctx, &l, &err), 0);
+        assert_int_equal(l.n, 2);
+        assert_false(l.more);
+        assert_string_equal(l.v[0].id, b.sandbox_id);
+        assert_string_equal(l.v[1].id, a.sandbox_id);
+        assert_int_equal(l.v[0].status, FE_STATUS_FAILED);
+        assert_string_equal(l.v[0].reason, "cannot open <path>: gone");
+        assert_null(l.v[1].reason);
+        assert_string_equal(l.v[1].tenant_id, "t");
+        assert_string_equal(l.v[1].session_id, "s");
+        assert_int_equal(l.v[1].cpu_millis, 500);
+        assert_int_equal(l.v[1].created_at_ms, 2000);
+        fe_view_list_clear(&l);
+
+        /* A page of one, then the rest after its cursor; by status; another tenant. */
+        q.limit = 1;
+        assert_int_equal(s->ops->list(s, &q, &ctx, &l, &err), 0);
+        assert_int_equal(l.n, 1);
+        assert_true(l.more);
+        q.after_created_ms = l.v[0].created_at_ms;
+        q.after_id = b.sandbox_id;
+        fe_view_list_clear(&l);
+        assert_int_equal(s->ops->list(s, &q, &ctx, &l, &err), 0);
+        assert_int_equal(l.n, 1);
+        assert_false(l.more);
+        assert_string_equal(l.v[0].id, a.sandbox_id);
+        fe_view_list_clear(&l);
+        q = (fe_list_query){
+                .tenant_id = "t", .status = FE_STATUS_FAILED, .after_id = "", .limit = 10
+        };
+        assert_int_equal(s->ops->list(s, &q, &ctx, &l, &err), 0);
+        assert_int_equal(l.n, 1);
+        assert_string_equal(l.v[0].id, b.sandbox_id);
+        fe_view_list_clear(&l);
+        q.tenant_id = "u";
+        q.status = FE_STATUS_UNSPECIFIED;
+        assert_int_equal(s->ops->list(s, &q, &ctx, &l, &err), 0);
+        assert_int_equal(l.n, 0);
+        fe_view_list_clear(&l);
+
+        /* One agent gone: no partial list. */
+        fake_agent_stop(&b);
+        q.tenant_id = "t";
+        assert_int_equal(s->ops->list(s, &q, &ctx, &l, &err), -1);
+        assert_non_null(err);
+        assert_int_equal(err->code, GRPC_STATUS_UNAVAILABLE);
+        assert_non_null(strstr(err->msg, b.addr));
+        cs_error_free(err);
+        fe_view_list_clear(&l);
+        s->ops->free(s);
+        fake_agent_stop(&a);
+}
+
 static int group_setup(void **state)
 {
         (void)state;
@@ -290,6 +386,7 @@ int main(void)
                 cmocka_unit_test(test_calls_reach_an_agent_marked_down),
                 cmocka_unit_test(test_gone_agent_fails_by_itself),
                 cmocka_unit_test(test_placement_prefers_healthy),
+                cmocka_unit_test(test_list_merges_agents),
         };
 
         return cmocka_run_group_tests(tests, group_setup, group_teardown);
