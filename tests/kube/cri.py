@@ -167,8 +167,11 @@ class ImagePullError(CriError):
 
 class CriRuntime:
     def __init__(self, runsc_root, state_dir, cgroup_prefix, runsc=RUNSC, images_dir=None,
-                 pause_image=DEFAULT_IMAGE):
+                 pause_image=DEFAULT_IMAGE, host_uds="open"):
         self.root = runsc_root
+        # runsc.toml's `host-uds` on this node ("open": what the resident exec path needs,
+        # docs/deploy.md; None: a node without it, where the agent falls back to runsc exec).
+        self.host_uds = host_uds
         self.state_dir = state_dir
         self.prefix = "/" + cgroup_prefix.strip("/")
         self.runsc = runsc
@@ -205,6 +208,8 @@ class CriRuntime:
         # The flags the agent's local mode uses; the shim passes the runsc.toml options the
         # same way, as global flags of every command.
         flags = ["--network=none", "--overlay2=root:memory"]
+        if self.host_uds:
+            flags.append(f"--host-uds={self.host_uds}")
         self._runsc(*flags, "create", "--bundle", bundle, cid, detached_log=log)
         self._runsc(*flags, "start", cid, detached_log=log)
 
@@ -248,9 +253,10 @@ class CriRuntime:
         ]
         for dest, src in sorted((mounts or {}).items()):
             # What containerd makes of a volumeMount (rprivate: the kubelet's default
-            # propagation).
+            # propagation); a value (source, True) is a readOnly one.
+            src, ro = src if isinstance(src, tuple) else (src, False)
             oci_mounts.append({"destination": dest, "type": "bind", "source": src,
-                               "options": ["rbind", "rprivate", "rw"]})
+                               "options": ["rbind", "rprivate", "ro" if ro else "rw"]})
         config = {
             "ociVersion": "1.0.2-dev",
             "process": {
@@ -312,15 +318,20 @@ class CriRuntime:
     # --- the CRI-like API ---
 
     def run_pod(self, namespace, name, uid, mounts=None, cpu_millis=1000,
-                memory_bytes=1 << 30, image=DEFAULT_IMAGE, container_name="sandbox"):
-        """Starts the pod's pause container and its app container (container_name, whose
-        root is `image`'s directory) in one runsc sandbox. Returns (pause_id, app_id).
-        ImagePullError (nothing made) when this node has no such image."""
+                memory_bytes=1 << 30, image=DEFAULT_IMAGE, container_name="sandbox",
+                command=None, init_containers=()):
+        """Starts the pod's pause container, runs its init containers one after the other to
+        completion (each a container of the sandbox: {"name", "image", "command", "mounts"}),
+        then starts its app container (container_name, whose root is `image`'s directory,
+        running `command`, the pod's command and args, default a keep-alive shell) in one
+        runsc sandbox. Returns (pause_id, app_id). ImagePullError (nothing made) when this
+        node has no such image; CriError when an init container fails."""
         if mounts is None:
             mounts = {}
         # The images first, as the kubelet pulls before it creates anything.
         pause_rootfs = self.image_rootfs(self.pause_image)
         image_rootfs = self.image_rootfs(image)
+        init_rootfs = [self.image_rootfs(ic["image"]) for ic in init_containers]
         pause_id = secrets.token_hex(32)
         app_id = secrets.token_hex(32)
         pod_cgroup = f"{self.prefix}/pod{uid}"
@@ -343,6 +354,8 @@ class CriRuntime:
                 pause_id, ["/bin/sleep", "infinity"], pause_ann, {},
                 f"{pod_cgroup}/{pause_id}", {"cpu": {"shares": 2}}, pause_rootfs, name)
             self._create_start(pause_id, pause_bundle)
+            for ic, rootfs in zip(init_containers, init_rootfs):
+                self._run_init(common, pod_cgroup, ic, rootfs, name)
             app_ann = dict(common)
             app_ann.update({
                 "io.kubernetes.cri.container-type": "container",
@@ -354,13 +367,39 @@ class CriRuntime:
                 resources["cpu"].update({"quota": quota, "period": 100000})
             if memory_bytes:
                 resources["memory"] = {"limit": memory_bytes}
-            app_bundle = self._bundle(app_id, APP_COMMAND, app_ann, mounts,
+            app_bundle = self._bundle(app_id, command or APP_COMMAND, app_ann, mounts,
                                       f"{pod_cgroup}/{app_id}", resources, image_rootfs, name)
             self._create_start(app_id, app_bundle)
         except Exception:
             self.stop_pod(pause_id)
             raise
         return pause_id, app_id
+
+    def _run_init(self, common, pod_cgroup, ic, rootfs, hostname):
+        """One init container: created in the pod's sandbox, waited for, deleted. CriError
+        when it does not exit 0 within a minute."""
+        cid = secrets.token_hex(32)
+        ann = dict(common)
+        ann.update({"io.kubernetes.cri.container-type": "container",
+                    "io.kubernetes.cri.container-name": ic["name"],
+                    "io.kubernetes.cri.image-name": normalize_reference(ic["image"])})
+        bundle = self._bundle(cid, ic["command"], ann, ic.get("mounts") or {},
+                              f"{pod_cgroup}/{cid}", {"cpu": {"shares": 2}}, rootfs, hostname)
+        try:
+            self._create_start(cid, bundle)
+            p = subprocess.run([self.runsc, "--root", self.root, "wait", cid], input="",
+                               capture_output=True, text=True, timeout=60)
+            try:
+                status = json.loads(p.stdout).get("exitStatus", -1) if p.returncode == 0 else -1
+            except ValueError:
+                status = -1
+            # runsc wait reports a wait(2) status: 0 is a clean exit.
+            if status != 0:
+                raise CriError(f"init container {ic['name']} failed (status {status}): "
+                               f"{p.stderr.strip()[-500:]}")
+        finally:
+            self._runsc("delete", "-force", cid, check=False)
+            shutil.rmtree(bundle, ignore_errors=True)
 
     def list(self):
         """runsc's view of the root: [{"id", "pid", "status", "bundle", ...}]."""

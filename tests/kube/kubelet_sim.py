@@ -695,12 +695,10 @@ class KubeletSim:
                 return c.get("lastTransitionTime")
         return None
 
-    def _start(self, r, pod):
-        spec = pod["spec"]
-        mounts, missing = {}, []
-        vols = {v["name"]: v for v in spec.get("volumes") or []}
-        container = spec["containers"][0]
-        r.volumes = []
+    def _mounts(self, r, container, vols, missing):
+        """{mountPath: host path, or (host path, True) when readOnly} of a container's
+        volumeMounts; the claims not bound yet are added to missing."""
+        mounts = {}
         for vm in container.get("volumeMounts") or []:
             v = vols.get(vm["name"]) or {}
             claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
@@ -717,8 +715,29 @@ class KubeletSim:
                 os.makedirs(path, exist_ok=True)
             else:
                 continue
-            mounts[vm["mountPath"]] = path
-            r.volumes.append(path)
+            mounts[vm["mountPath"]] = (path, True) if vm.get("readOnly") else path
+            if path not in r.volumes:
+                r.volumes.append(path)
+        return mounts
+
+    @staticmethod
+    def _command(container):
+        """The container's command and args as the process's argv; None: the image's (the
+        simulation's keep-alive shell)."""
+        argv = list(container.get("command") or []) + list(container.get("args") or [])
+        return argv or None
+
+    def _start(self, r, pod):
+        spec = pod["spec"]
+        missing = []
+        vols = {v["name"]: v for v in spec.get("volumes") or []}
+        container = spec["containers"][0]
+        r.volumes = []
+        mounts = self._mounts(r, container, vols, missing)
+        inits = [{"name": ic["name"], "image": ic.get("image", ""),
+                  "command": self._command(ic) or ["/bin/true"],
+                  "mounts": self._mounts(r, ic, vols, missing)}
+                 for ic in spec.get("initContainers") or []]
         if missing:
             r.waiting = ("ContainerCreating", None)
             r.next_start = time.time() + 0.5
@@ -728,7 +747,8 @@ class KubeletSim:
             r.pause_id, r.app_id = self.cri.run_pod(
                 r.ns, r.name, r.uid, mounts=mounts, cpu_millis=parse_cpu_millis(limits.get("cpu")),
                 memory_bytes=parse_bytes(limits.get("memory")), image=container.get("image", ""),
-                container_name=container["name"])
+                container_name=container["name"], command=self._command(container),
+                init_containers=inits)
         except ImagePullError as e:
             r.start_failures += 1
             r.waiting = ("ErrImagePull", str(e)[:500])
