@@ -579,7 +579,7 @@ static spawn_link *exec_spawner_link(sb_registry *reg, sandbox *sb, exec_result 
 
         if (!m)
                 return NULL;
-        l = spawn_mgr_link(m, sb_container_id(sb));
+        l = spawn_mgr_link_wait(m, sb_container_id(sb), SPAWN_FIRST_CONNECT_MS);
         if (l)
                 return l;
         spawn_mgr_status(m, sb_container_id(sb), &listening, &connected);

@@ -69,11 +69,14 @@ struct endpoint {
         int fd;
         spawn_link *conn;
         int64_t last_log; /* monotonic ms of the last warning */
+        int64_t born;     /* monotonic ms */
+        bool ever;        /* a spawner said Hello here */
 };
 
 struct spawn_mgr {
         pthread_mutex_t lock;
-        obj_type wake_type; /* the wake eventfd's tag in the epoll set */
+        pthread_cond_t hello; /* a spawner said Hello (CLOCK_MONOTONIC) */
+        obj_type wake_type;   /* the wake eventfd's tag in the epoll set */
         int epfd, wakefd;
         endpoint *eps;
         endpoint *dead; /* forgotten: their listeners are closed by the thread */
@@ -238,6 +241,9 @@ static void on_hello_locked(spawn_link *l, const Compute__Spawner__V1__Hello *h)
         char msg[200];
 
         l->hello = true;
+        if (l->ep)
+                l->ep->ever = true;
+        pthread_cond_broadcast(&l->m->hello);
         if (l->m->log && l->ep) {
                 snprintf(msg, sizeof(msg),
                          "spawner connected (compute-init %s, pid %d, %u exec(s) of a previous "
@@ -502,8 +508,13 @@ spawn_mgr *spawn_mgr_new(spawn_log_fn log, cs_error **err)
 {
         spawn_mgr *m = cs_xcalloc(1, sizeof(*m));
         struct epoll_event ev = { .events = EPOLLIN };
+        pthread_condattr_t ca;
 
         pthread_mutex_init(&m->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&m->hello, &ca);
+        pthread_condattr_destroy(&ca);
         m->log = log;
         m->wake_type = OBJ_WAKE;
         m->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -571,6 +582,7 @@ void spawn_mgr_free(spawn_mgr *m)
                 close(m->epfd);
         if (m->wakefd >= 0)
                 close(m->wakefd);
+        pthread_cond_destroy(&m->hello);
         pthread_mutex_destroy(&m->lock);
         free(m);
 }
@@ -616,6 +628,7 @@ int spawn_mgr_listen(spawn_mgr *m, const char *key, const char *dir, cs_error **
         ep->key = cs_xstrdup(key);
         ep->sock = TAKE_PTR(sock);
         ep->fd = fd;
+        ep->born = cs_now_monotonic_ms();
         ev.data.ptr = ep;
         if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
                 int e = errno;
@@ -662,6 +675,34 @@ spawn_link *spawn_mgr_link(spawn_mgr *m, const char *key)
         ep = ep_find_locked(m, key);
         if (ep && ep->conn && ep->conn->hello && !ep->conn->broken)
                 l = link_ref_locked(ep->conn);
+        pthread_mutex_unlock(&m->lock);
+        return l;
+}
+
+spawn_link *spawn_mgr_link_wait(spawn_mgr *m, const char *key, int64_t first_ms)
+{
+        spawn_link *l = NULL;
+        endpoint *ep;
+
+        pthread_mutex_lock(&m->lock);
+        for (;;) {
+                int64_t until;
+                struct timespec ts;
+
+                ep = ep_find_locked(m, key);
+                if (ep && ep->conn && ep->conn->hello && !ep->conn->broken) {
+                        l = link_ref_locked(ep->conn);
+                        break;
+                }
+                if (!ep || ep->ever || m->stopping)
+                        break;
+                until = ep->born + first_ms;
+                if (cs_now_monotonic_ms() >= until)
+                        break;
+                ts = (struct timespec){ .tv_sec = until / 1000,
+                                        .tv_nsec = (until % 1000) * 1000000 };
+                pthread_cond_timedwait(&m->hello, &m->lock, &ts);
+        }
         pthread_mutex_unlock(&m->lock);
         return l;
 }

@@ -30,6 +30,7 @@
 #define SPAWN_WRITE_TIMEOUT_MS 5000
 #define SPAWN_LOG_INTERVAL_MS  10000
 #define SPAWN_MAX_EXECS        1024 /* execs open on one connection (their entries are small) */
+#define SPAWN_FIRST_CONNECT_MS 2000 /* spawn_mgr_link_wait's default */
 
 typedef struct spawn_mgr spawn_mgr;
 typedef struct spawn_link spawn_link;
@@ -57,6 +58,11 @@ void spawn_mgr_status(spawn_mgr *m, const char *key, bool *ret_listening, bool *
 /* The live connection of key (its spawner said Hello and broke nothing since), referenced;
  * NULL when there is none (then exec falls back to runsc exec). */
 spawn_link *spawn_mgr_link(spawn_mgr *m, const char *key);
+/* The same, but while key's endpoint is younger than first_ms and its spawner has never said
+ * Hello, waits for that (until the endpoint is first_ms old): the first command after a
+ * sandbox's start (or an agent's restart) goes through the spawner that is about to connect,
+ * not through runsc exec. An endpoint whose spawner never connects costs no wait later. */
+spawn_link *spawn_mgr_link_wait(spawn_mgr *m, const char *key, int64_t first_ms);
 void spawn_link_unref(spawn_link *l);
 /* Ends the connection as broken (e.g. a spawner that does not end an exec after SIGKILL). */
 void spawn_link_break(spawn_link *l, const char *why);

@@ -637,6 +637,36 @@ static void test_forget_mid_exec(void **state)
         fake_stop(&fk);
 }
 
+/* The first exec of a new endpoint waits for the spawner that is about to connect; an
+ * endpoint whose spawner never comes costs that wait once, within its first moments. */
+static void test_first_connect_wait(void **state)
+{
+        fixture *fx = *state;
+        fake fk;
+        spawn_link *l;
+        int64_t t0;
+
+        fake_start(&fk, fx->dir1, FAKE_NORMAL);
+        l = spawn_mgr_link_wait(fx->m, "sb1", 5000);
+        assert_non_null(l);
+        spawn_link_unref(l);
+        {
+                char dir3[160];
+                cs_error *err = NULL;
+
+                snprintf(dir3, sizeof(dir3), "%s/sb3", fx->dir);
+                t0 = cs_now_monotonic_ms();
+                assert_int_equal(spawn_mgr_listen(fx->m, "sb3", dir3, &err), 0);
+        }
+        assert_null(spawn_mgr_link_wait(fx->m, "sb3", 300)); /* nobody connects there */
+        assert_true(cs_now_monotonic_ms() - t0 >= 300);
+        t0 = cs_now_monotonic_ms();
+        assert_null(spawn_mgr_link_wait(fx->m, "sb3", 300)); /* past its first moments */
+        assert_true(cs_now_monotonic_ms() - t0 < 100);
+        assert_null(spawn_mgr_link_wait(fx->m, "no-such", 300));
+        fake_stop(&fk);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -653,6 +683,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_silent, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reconnect, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_forget_mid_exec, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_first_connect_wait, setup, teardown),
         };
 
         signal(SIGPIPE, SIG_IGN);
