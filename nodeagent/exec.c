@@ -557,8 +557,13 @@ static int exec_spawner(sb_registry *reg, runtime *rt, sandbox *sb, spawn_link *
                         cs_error_free(ignored_err);
         }
         /* The command tree's own CPU time, not the sandbox's over the window: another exec
-         * running meanwhile is not counted here. */
-        ret->usage.cpu_ms = (sr.exited.user_us + sr.exited.system_us) / 1000;
+         * running meanwhile is not counted here. The spawner is the sandbox's, so its figure
+         * is capped by what the sandbox's cgroup measured over the window. */
+        {
+                uint64_t own = (sr.exited.user_us + sr.exited.system_us) / 1000;
+                if (own < ret->usage.cpu_ms)
+                        ret->usage.cpu_ms = own;
+        }
         classify_exit(spawner_status(&sr.exited),
                       sr.stop == SPAWN_STOP_CANCEL    ? STOP_CANCEL
                       : sr.stop == SPAWN_STOP_TIMEOUT ? STOP_TIMEOUT

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -24,10 +25,24 @@ typedef enum obj_type {
         OBJ_CONN,
 } obj_type;
 
-typedef struct chunk {
-        struct chunk *next;
-        spawn_spawner_frame *f; /* an Output */
-} chunk;
+/* An exec's queued output. The data of each stream is copied into that stream's buffer (so
+ * a frame costs its bytes, not a decoded message: a spawner sending one-byte frames cannot
+ * make the agent hold more than the credit), and the order of the streams is kept as runs
+ * (stream, bytes), consecutive frames of one stream making one run. At most SPAWN_MAX_RUNS
+ * runs are kept: a spawner alternating streams beyond that has its bytes added to the last
+ * run of their stream (the order between stdout and stderr is then approximate, as it is
+ * between two pipes anyway). */
+#define SPAWN_MAX_RUNS 256
+
+typedef struct stream_buf {
+        uint8_t *p;
+        size_t off, len, cap; /* queued bytes are p[off, len) */
+} stream_buf;
+
+typedef struct run {
+        int stream; /* 1, 2 */
+        size_t len;
+} run;
 
 struct spawn_exec {
         spawn_exec *next; /* in the link's list */
@@ -36,9 +51,11 @@ struct spawn_exec {
         int evfd;
         int pid;
         uint64_t credit; /* bytes the spawner may still send */
-        chunk *head, *tail;
+        stream_buf bufs[2];
+        run runs[SPAWN_MAX_RUNS]; /* a ring: first_run, n_runs */
+        size_t first_run, n_runs;
         size_t queued;
-        spawn_spawner_frame *current; /* the output last handed out */
+        uint8_t *out; /* the output last handed out (at most SPAWN_EVENT_MAX bytes) */
         bool exited, exit_delivered, failed, ended, poked;
         spawn_exited x;
         char why[160];
@@ -150,16 +167,78 @@ static void link_unref_locked(spawn_link *l)
 
 static void chunks_free(spawn_exec *e)
 {
-        while (e->head) {
-                chunk *c = e->head;
-                e->head = c->next;
-                spawn_spawner_frame_free(c->f);
-                free(c);
+        for (int i = 0; i < 2; i++) {
+                free(e->bufs[i].p);
+                e->bufs[i] = (stream_buf){ 0 };
         }
-        e->tail = NULL;
+        e->first_run = e->n_runs = 0;
         e->queued = 0;
-        spawn_spawner_frame_free(e->current);
-        e->current = NULL;
+        free(e->out);
+        e->out = NULL;
+}
+
+static void queue_output(spawn_exec *e, int stream, const uint8_t *data, size_t n)
+{
+        stream_buf *b = &e->bufs[stream - 1];
+        run *last = e->n_runs ? &e->runs[(e->first_run + e->n_runs - 1) % SPAWN_MAX_RUNS] : NULL;
+
+        if (b->off && b->len + n > b->cap) {
+                memmove(b->p, b->p + b->off, b->len - b->off);
+                b->len -= b->off;
+                b->off = 0;
+        }
+        if (b->len + n > b->cap) {
+                size_t cap = b->cap ? b->cap : 4096;
+                while (cap < b->len + n)
+                        cap *= 2;
+                uint8_t *np = realloc(b->p, cap);
+                if (!np)
+                        abort(); /* as cs_xmalloc: out of memory ends the agent */
+                b->p = np;
+                b->cap = cap;
+        }
+        memcpy(b->p + b->len, data, n);
+        b->len += n;
+        e->queued += n;
+        if (last && last->stream == stream) {
+                last->len += n;
+                return;
+        }
+        if (e->n_runs < SPAWN_MAX_RUNS) {
+                e->runs[(e->first_run + e->n_runs++) % SPAWN_MAX_RUNS] =
+                        (run){ .stream = stream, .len = n };
+                return;
+        }
+        for (size_t i = e->n_runs; i-- > 0;) {
+                run *r = &e->runs[(e->first_run + i) % SPAWN_MAX_RUNS];
+                if (r->stream == stream) {
+                        r->len += n;
+                        return;
+                }
+        }
+}
+
+/* Takes up to SPAWN_EVENT_MAX bytes of the first run into e->out. Returns its stream. */
+static int dequeue_output(spawn_exec *e, size_t *ret_len)
+{
+        run *r = &e->runs[e->first_run];
+        stream_buf *b = &e->bufs[r->stream - 1];
+        size_t n = r->len < SPAWN_EVENT_MAX ? r->len : SPAWN_EVENT_MAX;
+        int stream = r->stream;
+
+        e->out = cs_xmalloc(n);
+        memcpy(e->out, b->p + b->off, n);
+        b->off += n;
+        if (b->off == b->len)
+                b->off = b->len = 0;
+        r->len -= n;
+        if (r->len == 0) {
+                e->first_run = (e->first_run + 1) % SPAWN_MAX_RUNS;
+                e->n_runs--;
+        }
+        e->queued -= n;
+        *ret_len = n;
+        return stream;
 }
 
 static void exec_free_locked(spawn_exec *e)
@@ -287,7 +366,6 @@ static bool route_locked(spawn_link *l, spawn_spawner_frame *f)
                 break;
         case COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_OUTPUT: {
                 size_t n = f->output->data.len;
-                chunk *c;
 
                 if (n > e->credit) {
                         bad = "output beyond the exec's credit";
@@ -296,14 +374,7 @@ static bool route_locked(spawn_link *l, spawn_spawner_frame *f)
                 e->credit -= n;
                 if (e->ended || e->failed)
                         break; /* nobody reads it any more */
-                c = cs_xcalloc(1, sizeof(*c));
-                c->f = TAKE_PTR(f);
-                if (e->tail)
-                        e->tail->next = c;
-                else
-                        e->head = c;
-                e->tail = c;
-                e->queued += n;
+                queue_output(e, (int)f->output->stream, f->output->data.data, n);
                 exec_notify_locked(e);
                 break;
         }
@@ -337,12 +408,14 @@ done:
         return true;
 }
 
-/* Frames one readiness of the connection may route before the others get their turn. */
-#define LINK_FRAMES_PER_TURN 32
+/* Reads one readiness of the connection may do before the others get their turn. Every
+ * whole frame read is routed before returning: the socket's readiness (level-triggered) says
+ * nothing of frames already in the reader's buffer. */
+#define LINK_READS_PER_TURN 8
 
 static void link_read_locked(spawn_link *l)
 {
-        for (int frames = 0; frames < LINK_FRAMES_PER_TURN && !l->broken;) {
+        for (int reads = 0; !l->broken;) {
                 const uint8_t *p;
                 const char *why = NULL;
                 size_t n;
@@ -361,9 +434,10 @@ static void link_read_locked(spawn_link *l)
                                 return;
                         }
                         route_locked(l, f);
-                        frames++;
                         continue;
                 }
+                if (reads++ == LINK_READS_PER_TURN)
+                        return; /* more comes with the next readiness */
                 got = spawn_reader_fill(&l->rd, l->fd);
                 if (got == 0) {
                         link_break_locked(l, !l->hello || l->n_execs > 0,
@@ -872,20 +946,12 @@ void spawn_exec_next(spawn_exec *e, spawn_event *ev)
         drain(e->evfd); /* before looking: a change after this writes it again */
         *ev = (spawn_event){ .kind = SPAWN_EV_NONE };
         pthread_mutex_lock(&m->lock);
-        spawn_spawner_frame_free(e->current);
-        e->current = NULL;
-        if (e->head) {
-                chunk *c = e->head;
-                e->head = c->next;
-                if (!e->head)
-                        e->tail = NULL;
-                e->current = c->f;
-                free(c);
-                e->queued -= e->current->output->data.len;
+        free(e->out);
+        e->out = NULL;
+        if (e->n_runs) {
                 ev->kind = SPAWN_EV_OUTPUT;
-                ev->stream = (int)e->current->output->stream;
-                ev->data = e->current->output->data.data;
-                ev->len = e->current->output->data.len;
+                ev->stream = dequeue_output(e, &ev->len);
+                ev->data = e->out;
         } else if (e->exited && !e->exit_delivered) {
                 e->exit_delivered = true;
                 ev->kind = SPAWN_EV_EXITED;

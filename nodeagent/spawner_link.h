@@ -31,6 +31,7 @@
 #define SPAWN_LOG_INTERVAL_MS  10000
 #define SPAWN_MAX_EXECS        1024 /* execs open on one connection (their entries are small) */
 #define SPAWN_FIRST_CONNECT_MS 2000 /* spawn_mgr_link_wait's default */
+#define SPAWN_EVENT_MAX        (256 * 1024) /* output bytes per spawn_exec_next (EXEC_CHUNK) */
 
 typedef struct spawn_mgr spawn_mgr;
 typedef struct spawn_link spawn_link;
