@@ -544,6 +544,14 @@ static int exec_spawner(sb_registry *reg, runtime *rt, sandbox *sb, spawn_link *
         ret->path = "spawner";
         ret->wall_ms = cs_now_monotonic_ms() - start;
         sb_window_end(reg, sb, w, &ret->usage, &oom);
+        if (r < 0 && oom) {
+                /* The kernel's OOM killer took the sentry, and the spawner with it: the
+                 * command was killed by it (as runsc exec reports it: SIGKILL). */
+                cs_error_free(why);
+                classify_exit(SIGKILL, STOP_NONE, 0, true, ret);
+                check_sandbox_after_oom(reg, rt, sb);
+                return 1;
+        }
         if (r < 0) {
                 *err = why;
                 return -1;

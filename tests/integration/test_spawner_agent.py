@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -301,6 +302,29 @@ class SpawnerOffTest(unittest.TestCase):
                 cfg = json.load(f)
             self.assertEqual(cfg["process"]["args"][0], "/bin/sh")
             self.assertNotIn("/.compute/run", [m["destination"] for m in cfg["mounts"]])
+            # runsc run and exec fchown their stdio to the sandbox's user: handed the host's
+            # /dev/null, they would change the node's device. runsc exec's stdin is an empty
+            # pipe instead.
+            t = threading.Thread(target=c.exec, args=(sid, "sleep", "2"))
+            t.start()
+            try:
+                deadline = time.monotonic() + 10
+                stdin = None
+                while stdin is None and time.monotonic() < deadline:
+                    for pid in filter(str.isdigit, os.listdir("/proc")):
+                        try:
+                            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                                argv = f.read().split(b"\0")
+                            if b"exec" in argv and f"cs-{sid}".encode() in argv and \
+                                    argv[0].endswith(b"runsc"):
+                                stdin = os.readlink(f"/proc/{pid}/fd/0")
+                        except OSError:
+                            continue
+                    time.sleep(0.05)
+                self.assertIsNotNone(stdin, "no runsc exec process seen")
+                self.assertTrue(stdin.startswith("pipe:"), stdin)
+            finally:
+                t.join(30)
         finally:
             rc, tail = agent.cleanup()
             self.assertEqual(rc, 0, tail)
