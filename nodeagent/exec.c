@@ -621,11 +621,11 @@ int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req
                                  req->kill_grace_ms > 0 ? req->kill_grace_ms : EXEC_KILL_GRACE_MS };
         sb_window *w;
         usage_metrics ignored;
+        spawn_link *l;
         int r = -1;
         bool oom;
 
-        spawn_link *l = exec_spawner_link(reg, sb, ret);
-
+        l = exec_spawner_link(reg, sb, ret);
         if (l) {
                 r = exec_spawner(reg, rt, sb, l, req, sink, timeout, t.grace_ms, ret, err);
                 spawn_link_unref(l);
