@@ -8,6 +8,7 @@
  * phase_files.c   4. workspace I/O (direct disk and exec-based baselines)
  * phase_conc.c    5. concurrency (throughput, p99, errors, peak RSS)
  * phase_usage.c   6. accounting accuracy
+ * phase_resident.c 7. the resident exec path (first byte, a burst of 32 execs)
  * svc.c           the compute API through the project's RPC client
  * host.c          the baselines' side: runsc processes, files, cgroups, /proc
  * stats.c         samples and percentiles
@@ -242,3 +243,4 @@ int phase_stream(bench_ctx *b, const char *sid, cs_error **err);
 int phase_files(bench_ctx *b, const char *sid, cs_error **err);
 int phase_concurrency(bench_ctx *b, cs_error **err);
 int phase_usage(bench_ctx *b, const char *sid, cs_error **err);
+int phase_resident(bench_ctx *b, const char *sid, cs_error **err);

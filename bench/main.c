@@ -48,7 +48,7 @@ static const cs_option options[] = {
         { "quick", NULL, CS_OPT_BOOL, "false",
           "Few repetitions and small sizes: checks that everything runs, in about a minute.",
           &opt_quick, 0, 0 },
-        { "phases", NULL, CS_OPT_STRING, "exec,cold,stream,files,conc,usage",
+        { "phases", NULL, CS_OPT_STRING, "exec,cold,stream,files,conc,usage,resident",
           "Which phases to run, comma-separated (for profiling one of them).", &opt_phases, 0, 0 },
         { "conc-mix", NULL, CS_OPT_STRING, "both",
           "What the concurrency phase's workers do: both (half exec streams, half file calls: "
@@ -259,8 +259,9 @@ static const struct {
         const char *name;
         phase_fn run;
 } phases[] = {
-        { "exec", phase_exec_rtt }, { "cold", phase_cold_start }, { "stream", phase_stream },
-        { "files", phase_files },   { "conc", conc_phase },       { "usage", phase_usage },
+        { "exec", phase_exec_rtt },     { "cold", phase_cold_start }, { "stream", phase_stream },
+        { "files", phase_files },       { "conc", conc_phase },       { "usage", phase_usage },
+        { "resident", phase_resident },
 };
 
 /* The sandbox the phases share; READY when this returns. */

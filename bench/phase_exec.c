@@ -97,7 +97,7 @@ int phase_exec_rtt(bench_ctx *b, const char *sid, cs_error **err)
                 samples_add(&svc, a);
                 samples_add(&direct, d);
         }
-        latency_rows(b, "exec_rtt", "exec round trip", &svc, &direct, "runsc exec", 1.10);
+        latency_rows(b, "exec_rtt", "exec round trip", &svc, &direct, "runsc exec", 0.5);
         json_object_set_new(b->details, "exec_rtt",
                             json_pack("{s:o, s:o}", "service_ms", samples_json(&svc),
                                       "runsc_exec_ms", samples_json(&direct)));

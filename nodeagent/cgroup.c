@@ -1,6 +1,13 @@
 /* Reading a sandbox's resource usage from cgroups (v1 or v2) and /proc, and removing a
  * sandbox's cgroup that its runtime left behind.
  *
+ * libcgroup finds the mounts and their version and removes cgroups; the reads below are ours:
+ * one openat and read per file, where libcgroup's cgroup_get_cgroup() reads every file of
+ * every controller and its cgroup_read_value_*() is a fopen per file (bench/bench_cgroup.c;
+ * the figures are in docs/nodeagent.md). Who does what with a sandbox's cgroup: runsc makes it
+ * from linux.cgroupsPath and sets its limits from linux.resources (cpu, memory, pids), and
+ * runsc delete removes it; the agent reads it, and removes it when the runtime could not.
+ *
  * Everything here parses kernel text files. The kernel is trusted to write them, but the
  * parsers still treat them as untrusted bytes: every read is bounded by a named cap, numbers
  * are parsed digit by digit with overflow checks (strtoull would accept "-1" and wrap), and a
@@ -11,6 +18,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <libcgroup.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -295,15 +303,33 @@ static const char *const v1_memory_names[] = { "memory", NULL };
 static const char *const v1_blkio_names[] = { "blkio", NULL };
 static const char *const v2_names[] = { "", NULL };
 
-/* Opens the directory of cgroup rel under root/<first of hierarchies that exists>. Returns 0
- * with *ret_fd and *ret_dir (its path, for messages; caller frees), 1 when neither the
- * hierarchy nor the cgroup exists, -1 with *err. */
-static int open_cgroup_dir(const cgroup_fs *fs, const char *const *hierarchies, const char *rel,
-                           int *ret_fd, char **ret_dir, cs_error **err)
+/* Opens the directory of cgroup rel in the hierarchy mounted at `mount` (v1 with libcgroup:
+ * where libcgroup found it, NULL when it is not mounted), or else under root/<first of
+ * hierarchies that exists>. Returns 0 with *ret_fd and *ret_dir (its path, for messages;
+ * caller frees), 1 when neither the hierarchy nor the cgroup exists, -1 with *err. */
+static int open_cgroup_dir(const cgroup_fs *fs, const char *mount, const char *const *hierarchies,
+                           const char *rel, int *ret_fd, char **ret_dir, cs_error **err)
 {
         _cleanup_close_ int hier_fd = -1, fd = -1;
         _cleanup_free_ char *hier = NULL;
 
+        if (fs->libcgroup && fs->version == CS_CGROUP_V1) {
+                _cleanup_free_ char *dir = NULL;
+
+                /* The mount is known: one open instead of the hierarchy's and the cgroup's
+                 * (this is on every exec's path). */
+                if (!mount)
+                        return 1;
+                dir = cs_xasprintf("%s/%s", mount, rel);
+                fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fd < 0)
+                        return errno == ENOENT
+                                       ? 1
+                                       : cs_error_errno(err, errno, "opening cgroup %s", dir);
+                *ret_dir = TAKE_PTR(dir);
+                *ret_fd = TAKE_FD(fd);
+                return 0;
+        }
         for (; *hierarchies && hier_fd < 0; hierarchies++) {
                 free(hier);
                 hier = **hierarchies ? cs_xasprintf("%s/%s", fs->root, *hierarchies)
@@ -334,7 +360,8 @@ static int open_main_dir(const cgroup_fs *fs, const char *path, int *ret_fd, cha
 
         if (cgroup_rel_path(path, &rel, err) < 0)
                 return -1;
-        r = open_cgroup_dir(fs, fs->version == CGROUP_V1 ? v1_cpuacct_names : v2_names, rel, ret_fd,
+        r = open_cgroup_dir(fs, fs->cpuacct_dir,
+                            fs->version == CS_CGROUP_V1 ? v1_cpuacct_names : v2_names, rel, ret_fd,
                             ret_dir, err);
         if (r > 0)
                 return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "cgroup %s does not exist under %s",
@@ -372,14 +399,132 @@ static int v2_has_cpu_and_memory(int root_fd, const char *root, cs_error **err)
         return cpu && memory;
 }
 
+/* ---- detection through libcgroup --------------------------------------------------------- */
+
+/* The library reports through return codes; its default logger would print to stdout. */
+static void lib_log_discard(void *userdata, int level, const char *fmt, va_list ap)
+{
+        (void)userdata;
+        (void)level;
+        (void)fmt;
+        (void)ap;
+}
+
+/* Where libcgroup saw controller mounted (the first mount of its hierarchy, as libcgroup's own
+ * operations use), malloc'd; NULL when it is not mounted. */
+static char *lib_mount(const char *controller)
+{
+        char *mount = NULL;
+
+        if (cgroup_get_subsys_mount_point(controller, &mount) != 0)
+                return NULL;
+        return mount;
+}
+
+/* Every cgroup2 directory has cgroup.controllers, no v1 one does. libcgroup 2.0 keeps the
+ * version of each mount but only exports it without a declaration (3.0's header has it), and
+ * the magic of statfs() would not tell a test's fake cgroup2 mount (a plain directory) apart. */
+static bool is_v2_dir(const char *dir)
+{
+        _cleanup_free_ char *p = cs_xasprintf("%s/cgroup.controllers", dir);
+
+        return access(p, F_OK) == 0;
+}
+
+/* dir is root/<one component>: a v1 hierarchy of this root. */
+static bool is_hierarchy_of(const char *dir, const char *root)
+{
+        size_t n = strlen(root);
+
+        return dir && strncmp(dir, root, n) == 0 && dir[n] == '/' && dir[n + 1] != '\0' &&
+               !strchr(dir + n + 1, '/');
+}
+
+/* Whether libcgroup lists a controller on a cgroup2 mount. */
+static bool lib_has_v2_mount(void)
+{
+        struct cgroup_mount_point info;
+        void *handle = NULL;
+        bool v2 = false;
+        int r;
+
+        for (r = cgroup_get_controller_begin(&handle, &info); r == 0 && !v2;
+             r = cgroup_get_controller_next(&handle, &info))
+                v2 = is_v2_dir(info.path);
+        cgroup_get_controller_end(&handle);
+        return v2;
+}
+
+/* Fills ret->version and the hierarchies from libcgroup's table when root (canonical) is where
+ * it sees them. Returns 0, or 1 when libcgroup has nothing mounted there (the caller then
+ * looks at root's files). */
+static int lib_detect(const char *root, cgroup_fs *ret)
+{
+        _cleanup_free_ char *cpu = NULL, *cpuacct = NULL, *memory = NULL, *blkio = NULL;
+
+        cgroup_set_logger(lib_log_discard, CGROUP_LOG_ERROR, NULL);
+        if (cgroup_init() != 0)
+                return 1; /* ECGROUPNOTMOUNTED, or no /proc/mounts or /proc/cgroups */
+        cpu = lib_mount("cpu");
+        memory = lib_mount("memory");
+        if (cpu && memory && strcmp(cpu, root) == 0 && strcmp(memory, root) == 0 &&
+            is_v2_dir(root)) {
+                ret->version = CS_CGROUP_V2;
+                ret->libcgroup = true;
+                return 0;
+        }
+        cpuacct = lib_mount("cpuacct");
+        if (!is_hierarchy_of(cpuacct, root) || !is_hierarchy_of(memory, root) ||
+            is_v2_dir(cpuacct) || is_v2_dir(memory))
+                return 1;
+        blkio = lib_mount("blkio");
+        ret->version = CS_CGROUP_V1;
+        ret->libcgroup = true;
+        ret->hybrid = lib_has_v2_mount();
+        ret->cpuacct_dir = TAKE_PTR(cpuacct);
+        ret->memory_dir = TAKE_PTR(memory);
+        if (is_hierarchy_of(blkio, root) && !is_v2_dir(blkio))
+                ret->blkio_dir = TAKE_PTR(blkio);
+        return 0;
+}
+
+/* ---- detection by the files --------------------------------------------------------------- */
+
+static int files_detect(int root_fd, const char *root, bool is_cgroup2, cgroup_fs *ret,
+                        cs_error **err)
+{
+        int r;
+
+        r = v2_has_cpu_and_memory(root_fd, root, err);
+        if (r < 0)
+                return -1;
+        if (r > 0) {
+                ret->version = CS_CGROUP_V2;
+                return 0;
+        }
+        if (is_cgroup2)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "cgroup root %s is a cgroup2 mount without both the cpu and "
+                                    "memory controllers",
+                                    root);
+        if ((is_dir_at(root_fd, "cpuacct") || is_dir_at(root_fd, "cpu,cpuacct")) &&
+            is_dir_at(root_fd, "memory")) {
+                ret->version = CS_CGROUP_V1;
+                return 0;
+        }
+        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                            "cgroup root %s holds neither a cgroup v2 hierarchy with cpu and "
+                            "memory nor cgroup v1 cpuacct and memory hierarchies",
+                            root);
+}
+
 int cgroup_fs_detect(const char *root, cgroup_fs *ret, cs_error **err)
 {
         _cleanup_close_ int root_fd = -1;
-        _cleanup_free_ char *clean = NULL;
+        _cleanup_free_ char *clean = NULL, *canonical = NULL;
+        cgroup_fs fs = { 0 };
         struct statfs sfs;
-        bool is_cgroup2;
         size_t n;
-        int r;
 
         if (!root || !*root)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "no cgroup root");
@@ -391,33 +536,29 @@ int cgroup_fs_detect(const char *root, cgroup_fs *ret, cs_error **err)
         if (root_fd < 0 || fstatfs(root_fd, &sfs) < 0)
                 return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION, "cgroup root %s: %s",
                                     clean, strerror(errno));
-        /* The real v2 case is a cgroup2 mount; a fake tree in a test is a plain directory with
-         * the same files, so the files decide and the magic only sharpens the error. */
-        is_cgroup2 = sfs.f_type == CGROUP2_SUPER_MAGIC;
+        /* /proc/mounts, and so libcgroup, name mounts by their canonical path. */
+        canonical = realpath(clean, NULL);
+        if (!canonical)
+                return cs_error_errno(err, errno, "cgroup root %s", clean);
 
-        r = v2_has_cpu_and_memory(root_fd, clean, err);
-        if (r < 0)
-                return -1;
-        if (r > 0) {
-                ret->root = TAKE_PTR(clean);
-                ret->version = CGROUP_V2;
-                return 0;
+        if (lib_detect(canonical, &fs) != 0) {
+                /* The real v2 case is a cgroup2 mount; a fake tree in a test is a plain
+                 * directory with the same files, so the files decide and the magic only
+                 * sharpens the error. */
+                cgroup_fs_free(&fs);
+                if (files_detect(root_fd, clean, sfs.f_type == CGROUP2_SUPER_MAGIC, &fs, err) < 0)
+                        return -1;
         }
-        if (is_cgroup2)
-                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
-                                    "cgroup root %s is a cgroup2 mount without both the cpu and "
-                                    "memory controllers",
-                                    clean);
-        if ((is_dir_at(root_fd, "cpuacct") || is_dir_at(root_fd, "cpu,cpuacct")) &&
-            is_dir_at(root_fd, "memory")) {
-                ret->root = TAKE_PTR(clean);
-                ret->version = CGROUP_V1;
-                return 0;
+        /* systemd's hybrid layout; libcgroup 2.0 skips a cgroup2 mount without controllers. */
+        if (fs.version == CS_CGROUP_V1 && !fs.hybrid) {
+                _cleanup_close_ int ufd =
+                        openat(root_fd, "unified", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                fs.hybrid = ufd >= 0 && faccessat(ufd, "cgroup.controllers", F_OK, 0) == 0;
         }
-        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
-                            "cgroup root %s holds neither a cgroup v2 hierarchy with cpu and "
-                            "memory nor cgroup v1 cpuacct and memory hierarchies",
-                            clean);
+        /* libcgroup's mounts are compared with the root in cgroup_remove(). */
+        fs.root = fs.libcgroup ? TAKE_PTR(canonical) : TAKE_PTR(clean);
+        *ret = fs;
+        return 0;
 }
 
 void cgroup_fs_free(cgroup_fs *fs)
@@ -425,7 +566,10 @@ void cgroup_fs_free(cgroup_fs *fs)
         if (!fs)
                 return;
         free(fs->root);
-        fs->root = NULL;
+        free(fs->cpuacct_dir);
+        free(fs->memory_dir);
+        free(fs->blkio_dir);
+        *fs = (cgroup_fs){ 0 };
 }
 
 /* ---- cgroup_read ------------------------------------------------------------------------ */
@@ -512,7 +656,7 @@ static int read_v1(const cgroup_fs *fs, const char *path, cgroup_sample *s, cs_e
         if (cgroup_rel_path(path, &rel, err) < 0)
                 return -1;
 
-        r = open_cgroup_dir(fs, v1_memory_names, rel, &mem_fd, &mem_dir, err);
+        r = open_cgroup_dir(fs, fs->memory_dir, v1_memory_names, rel, &mem_fd, &mem_dir, err);
         if (r < 0)
                 return -1;
         if (r == 0) {
@@ -525,7 +669,7 @@ static int read_v1(const cgroup_fs *fs, const char *path, cgroup_sample *s, cs_e
                         return -1;
         }
 
-        r = open_cgroup_dir(fs, v1_blkio_names, rel, &blkio_fd, &blkio_dir, err);
+        r = open_cgroup_dir(fs, fs->blkio_dir, v1_blkio_names, rel, &blkio_fd, &blkio_dir, err);
         if (r < 0)
                 return -1;
         if (r == 0 && read_v1_blkio(blkio_fd, blkio_dir, s, err) < 0)
@@ -607,7 +751,7 @@ int cgroup_read(const cgroup_fs *fs, const char *path, cgroup_sample *ret, cs_er
         cgroup_sample s = { 0 };
         int r;
 
-        r = fs->version == CGROUP_V1 ? read_v1(fs, path, &s, err) : read_v2(fs, path, &s, err);
+        r = fs->version == CS_CGROUP_V1 ? read_v1(fs, path, &s, err) : read_v2(fs, path, &s, err);
         if (r < 0)
                 return -1;
         *ret = s;
@@ -631,12 +775,12 @@ int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err)
 
         if (open_main_dir(fs, path, &main_fd, &main_dir, err) < 0)
                 return -1;
-        if (fs->version == CGROUP_V2)
+        if (fs->version == CS_CGROUP_V2)
                 return 1;
 
         if (cgroup_rel_path(path, &rel, err) < 0)
                 return -1;
-        r = open_cgroup_dir(fs, v1_memory_names, rel, &mem_fd, &mem_dir, err);
+        r = open_cgroup_dir(fs, fs->memory_dir, v1_memory_names, rel, &mem_fd, &mem_dir, err);
         if (r != 0)
                 return r; /* 1: no memory cgroup, nothing to reset */
         fd = openat(mem_fd, "memory.max_usage_in_bytes",
@@ -710,6 +854,121 @@ static int remove_in(int hier_fd, const char *hier, const char *rel, cs_error **
         return cs_error_errno(err, errno, "removing cgroup %s", dir);
 }
 
+/* Kills what is left in the cgroup at dir, which may not exist. */
+static void kill_tasks_at(const char *dir)
+{
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+
+        if (fd >= 0)
+                kill_tasks(fd, dir);
+}
+
+static void lib_cgroup_freep(struct cgroup **cg)
+{
+        if (*cg)
+                cgroup_free(cg);
+}
+
+typedef struct lib_hierarchies {
+        char **dirs; /* mount/rel of each hierarchy the cgroup is removed from */
+        size_t n;
+} lib_hierarchies;
+
+static void lib_hierarchies_done(lib_hierarchies *h)
+{
+        for (size_t i = 0; i < h->n; i++)
+                free(h->dirs[i]);
+        free(h->dirs);
+}
+
+/* Adds to cg every controller libcgroup lists in fs's hierarchies (v2: the root mount; v1:
+ * each mount directly under the root, as runsc makes the cgroup under each), and to h the
+ * cgroup's directory in each distinct mount. */
+static int lib_collect(const cgroup_fs *fs, const char *rel, struct cgroup *cg, lib_hierarchies *h,
+                       cs_error **err)
+{
+        struct cgroup_mount_point info;
+        void *handle = NULL;
+        int r;
+
+        for (r = cgroup_get_controller_begin(&handle, &info); r == 0;
+             r = cgroup_get_controller_next(&handle, &info)) {
+                bool seen = false;
+                char *dir;
+
+                if (fs->version == CS_CGROUP_V2 ? strcmp(info.path, fs->root) != 0
+                                             : !is_hierarchy_of(info.path, fs->root))
+                        continue;
+                if (!cgroup_add_controller(cg, info.name)) {
+                        cgroup_get_controller_end(&handle);
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                            "libcgroup: cannot add controller %s", info.name);
+                }
+                dir = cs_xasprintf("%s/%s", info.path, rel);
+                for (size_t i = 0; i < h->n && !seen; i++)
+                        seen = strcmp(h->dirs[i], dir) == 0;
+                if (seen) {
+                        free(dir);
+                        continue;
+                }
+                h->dirs = xrealloc(h->dirs, (h->n + 1) * sizeof(*h->dirs));
+                h->dirs[h->n++] = dir;
+        }
+        cgroup_get_controller_end(&handle);
+        if (r != ECGEOF)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: listing mounts: %s",
+                                    cgroup_strerror(r));
+        return 0;
+}
+
+static bool lib_all_gone(const lib_hierarchies *h)
+{
+        for (size_t i = 0; i < h->n; i++)
+                if (access(h->dirs[i], F_OK) == 0 || errno != ENOENT)
+                        return false;
+        return true;
+}
+
+/* cgroup_remove through libcgroup: the same kills, then its rmdir in every hierarchy. */
+static int lib_remove(const cgroup_fs *fs, const char *rel, cs_error **err)
+{
+        _cleanup_(lib_cgroup_freep) struct cgroup *cg = NULL;
+        _cleanup_(lib_hierarchies_done) lib_hierarchies h = { 0 };
+        int r = 0;
+
+        /* libcgroup builds "<mount>/<name>/" in FILENAME_MAX bytes and would cut it short. */
+        if (strlen(fs->root) + strlen(rel) + 64 >= FILENAME_MAX)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "cgroup path too long");
+        cg = cgroup_new_cgroup(rel);
+        if (!cg)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: cannot name %s", rel);
+        if (lib_collect(fs, rel, cg, &h, err) < 0)
+                return -1;
+        if (h.n == 0)
+                return 0; /* nothing mounted under the root any more */
+        for (int i = 0; i < CGROUP_RMDIR_TRIES; i++) {
+                for (size_t j = 0; j < h.n; j++)
+                        kill_tasks_at(h.dirs[j]);
+                /* EMPTY_ONLY: rmdir and nothing else. Without it libcgroup moves the tasks to
+                 * the parent cgroup first, where a survivor would escape the removal. */
+                r = cgroup_delete_cgroup_ext(cg, CGFLAG_DELETE_EMPTY_ONLY);
+                /* libcgroup 2.0 returns 0 when EBUSY (ECGNONEMPTY) was its only error: what
+                 * is gone is checked here. */
+                if (r == 0)
+                        r = lib_all_gone(&h) ? 0 : ECGNONEMPTY;
+                if (r == 0)
+                        return 0;
+                if (r != ECGNONEMPTY)
+                        break;
+                usleep(CGROUP_RMDIR_PAUSE_US);
+        }
+        if (r == ECGNONEMPTY || r == ECGOTHER)
+                return cs_error_errno(err, r == ECGNONEMPTY ? EBUSY : cgroup_get_last_errno(),
+                                      "removing cgroup %s", rel);
+        return cs_error_set(err, GRPC_STATUS_INTERNAL, "removing cgroup %s: %s", rel,
+                            cgroup_strerror(r));
+}
+
 int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
 {
         _cleanup_close_ int root_fd = -1;
@@ -720,10 +979,23 @@ int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
 
         if (cgroup_rel_path(path, &rel, err) < 0)
                 return -1;
+        if (fs->libcgroup) {
+                if (lib_remove(fs, rel, err) < 0)
+                        return -1;
+                if (fs->version == CS_CGROUP_V2)
+                        return 0;
+                /* v1: libcgroup does not list every hierarchy. Debian builds it with
+                 * name=systemd as its "opaque hierarchy", which it skips, and runsc makes the
+                 * cgroup there too: the sweep below finds it (and ENOENT, fine, where
+                 * libcgroup removed it). */
+        }
+
+        /* By hand (also every hierarchy when root is not where libcgroup sees the mounts):
+         * every directory under the root is taken for a hierarchy. */
         root_fd = open(fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (root_fd < 0)
                 return cs_error_errno(err, errno, "opening %s", fs->root);
-        if (fs->version == CGROUP_V2)
+        if (fs->version == CS_CGROUP_V2)
                 return remove_in(root_fd, fs->root, rel, err);
 
         /* v1: the cgroup may exist under every hierarchy (runsc makes it under each). Links

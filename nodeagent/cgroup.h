@@ -1,7 +1,11 @@
-/* Reading a sandbox's resource usage from cgroups (v1 or v2) and /proc.
+/* Reading a sandbox's resource usage from cgroups (v1 or v2) and /proc, and removing a
+ * sandbox's cgroup that its runtime left behind.
  *
- * Library code: no logging, no threads, no state beyond the struct below. The root is a
- * parameter so that tests can point it at a fake tree. */
+ * The mounts, their version and the removal go through libcgroup when the hierarchies under
+ * the root are mounts it finds in /proc/mounts; the usage reads stay hand-written (measured
+ * faster: docs/nodeagent.md). A root that is not such a mount (a fake tree in a test) takes
+ * the hand-written path throughout. No logging, no threads; libcgroup's global table is
+ * (re)filled by cgroup_fs_detect() (see there). */
 #pragma once
 
 #include <stdbool.h>
@@ -11,22 +15,41 @@
 #include "error.h"
 
 typedef enum cgroup_version {
-        CGROUP_V1 = 1,
-        CGROUP_V2 = 2,
+        CS_CGROUP_V1 = 1,
+        CS_CGROUP_V2 = 2,
 } cgroup_version;
 
 typedef struct cgroup_fs {
         char *root;             /* "/sys/fs/cgroup" normally */
         cgroup_version version; /* what the sandboxes' cgroups use */
+        bool hybrid;            /* v1, and a cgroup2 hierarchy is mounted too (systemd's
+                                   "unified"); informational: sandboxes use v1 */
+        bool libcgroup;         /* the hierarchies are mounts libcgroup found under root:
+                                   removal goes through libcgroup */
+        char *cpuacct_dir;      /* v1 with libcgroup: where libcgroup found the cpuacct, */
+        char *memory_dir;       /* memory and blkio hierarchies mounted (NULL: not mounted, */
+        char *blkio_dir;        /* or without libcgroup: looked up under root by name) */
 } cgroup_fs;
 
-/* Detects the hierarchy sandboxes get under root: v2 when root/cgroup.controllers lists cpu
- * and memory (on a real system root is then a cgroup2 mount; the check is on the files so that
- * tests can use a plain directory); v1 when root holds v1 controller directories (cpuacct or
- * "cpu,cpuacct", and memory); otherwise FAILED_PRECONDITION naming root (also when root is a
- * cgroup2 mount without cpu and memory, e.g. the near-empty v2 of a hybrid host, or does not
- * exist). On success ret->root is a malloc'd copy of root (trailing slashes dropped); the
- * caller frees it with cgroup_fs_free(). */
+/* Detects the hierarchy sandboxes get under root.
+ *
+ * First through libcgroup (cgroup_init(), which reads /proc/mounts and /proc/cgroups): v2
+ * when libcgroup has cpu and memory on one cgroup2 mount that is root; v1 when it has the
+ * cpuacct and memory hierarchies mounted directly under root. cgroup_init() refills a global
+ * table: call this once, before threads (the agent does so at start), and know that an
+ * earlier cgroup_fs then uses the table of the latest call.
+ *
+ * Otherwise (root is not where libcgroup sees the mounts: a fake tree in a test, or a system
+ * libcgroup does not understand), by the files, as before libcgroup: v2 when
+ * root/cgroup.controllers lists cpu and memory; v1 when root holds v1 controller directories
+ * (cpuacct or "cpu,cpuacct", and memory); otherwise FAILED_PRECONDITION naming root (also when
+ * root is a cgroup2 mount without cpu and memory, e.g. the near-empty v2 of a hybrid host, or
+ * does not exist). ret->hybrid is set for v1 when a cgroup2 hierarchy is mounted too
+ * (libcgroup lists a controller on one, or root/unified is one: libcgroup 2.0 skips a cgroup2
+ * mount without controllers).
+ *
+ * On success ret->root is a malloc'd copy of root (trailing slashes dropped); the caller frees
+ * it with cgroup_fs_free(). */
 int cgroup_fs_detect(const char *root, cgroup_fs *ret, cs_error **err);
 void cgroup_fs_free(cgroup_fs *fs);
 
@@ -63,10 +86,13 @@ int cgroup_read(const cgroup_fs *fs, const char *path, cgroup_sample *ret, cs_er
 int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err);
 
 /* Removes the cgroup at `path` from every hierarchy (v1) or from the v2 tree, SIGKILLing the
- * tasks still in it first (cgroup.kill, then each pid of cgroup.procs), retrying rmdir for
- * about a second while killed tasks leave. A cgroup that does not exist is fine (0). For a
- * sandbox whose runtime could not stop it: without this its cgroup (and its sentry) stayed
- * after the sandbox was gone. Child cgroups are not walked: runsc makes none. */
+ * tasks still in it first (cgroup.kill, then each pid of cgroup.procs), retrying the removal
+ * for about a second while killed tasks leave. A cgroup that does not exist is fine (0). For
+ * a sandbox whose runtime could not stop it: without this its cgroup (and its sentry) stayed
+ * after the sandbox was gone. Child cgroups are not walked: runsc makes none. With libcgroup
+ * (fs->libcgroup) the hierarchies are the mounts it lists under root and the rmdir is its
+ * cgroup_delete_cgroup_ext(CGFLAG_DELETE_EMPTY_ONLY): never its default, which moves the
+ * tasks to the parent cgroup, where a sentry that survived the kill would run on unaccounted. */
 int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err);
 
 /* Reads rx/tx byte counters of every interface but "lo" in the network namespace of pid

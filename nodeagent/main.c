@@ -355,8 +355,9 @@ static int agent_open(agent *a, cs_error **err)
         if (!a->rt)
                 return -1;
         a->runtime_version = runtime_version();
-        log_info("runtime %s (%s), cgroup v%d at %s", a->rt->ops->name, a->runtime_version,
-                 (int)a->cg.version, cgroup_root);
+        log_info("runtime %s (%s), cgroup v%d%s at %s (found by %s)", a->rt->ops->name,
+                 a->runtime_version, (int)a->cg.version, a->cg.hybrid ? " (hybrid host)" : "",
+                 cgroup_root, a->cg.libcgroup ? "libcgroup" : "its files");
         if (kube)
                 log_info("kube mode: pods of namespaces %s under the runsc root %s, container "
                          "'%s', volumes under %s, host root '%s'",

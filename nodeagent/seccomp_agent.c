@@ -37,7 +37,7 @@ const char *const agent_seccomp_allow[] = {
         "mkdir", "mkdirat", "newfstatat", "open", "openat", "openat2",
         "pivot_root", /* runsc (the sandbox's root) */
         "pread64", "pwrite64", "read", "readlink", "readlinkat", "rename", "renameat",
-        "rmdir", /* volume.c: mkfs's lost+found in a new workspace */
+        "rmdir", /* volume.c (mkfs's lost+found), cgroup.c (libcgroup removes cgroups) */
         "statfs",
         "statx", "symlinkat", "umask", "unlink", "unlinkat", "utimensat", "write", "writev",
         /* pipes, polling, events */

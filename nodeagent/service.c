@@ -134,7 +134,7 @@ static int h_get_agent_info(rpc_call *call, const ProtobufCMessage *req_msg,
         resp->mode = (Nodeagent__V1__AgentMode)svc.src->ops->kind;
         resp->runtime = (char *)svc.rt->ops->name;
         resp->runtime_version = (char *)svc.runtime_version;
-        resp->cgroup_version = svc.cg->version == CGROUP_V2 ? "v2" : "v1";
+        resp->cgroup_version = svc.cg->version == CS_CGROUP_V2 ? "v2" : "v1";
         resp->started_at = pb_timestamp(call, svc.started_at_ms);
         resp->cpu_millis_capacity = svc.cpu_millis_capacity;
         resp->memory_bytes_capacity = svc.memory_bytes_capacity;

@@ -1,6 +1,9 @@
 /* Unit tests of nodeagent/cgroup.c: fake v1 and v2 trees and fake /proc trees in a temp dir
  * (contents copied from real kernels), plus smoke tests against this machine's /proc and
- * /sys/fs/cgroup (a real v1 cgroup with a child that burns CPU and memory). */
+ * /sys/fs/cgroup (a real v1 cgroup with a child that burns CPU and memory), and libcgroup's
+ * paths with a /proc/mounts of the test's own in a private mount namespace: a v2 node (a real
+ * cgroup2 mount under a root that lists cpu and memory, which this kernel keeps in v1) and
+ * hybrid hosts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -220,8 +225,16 @@ static void test_detect_v1(void **state)
 
         make_v1_tree(f->dir, "cpuacct");
         snprintf(root, sizeof(root), "%s//", f->dir);
-        detect(root, CGROUP_V1, &fs);
+        detect(root, CS_CGROUP_V1, &fs);
         assert_string_equal(fs.root, f->dir); /* trailing slashes dropped */
+        assert_false(fs.libcgroup);           /* a plain directory: the files decided */
+        assert_false(fs.hybrid);
+        cgroup_fs_free(&fs);
+
+        /* systemd's hybrid layout: a cgroup2 hierarchy at root/unified. */
+        put(f->dir, "unified/cgroup.controllers", "\n");
+        detect(f->dir, CS_CGROUP_V1, &fs);
+        assert_true(fs.hybrid);
         cgroup_fs_free(&fs);
         assert_null(fs.root);
         cgroup_fs_free(NULL);
@@ -234,7 +247,7 @@ static void test_detect_v1_combined_cpuacct(void **state)
 
         mkdirs(f->dir, "cpu,cpuacct");
         mkdirs(f->dir, "memory");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         cgroup_fs_free(&fs);
 }
 
@@ -244,8 +257,10 @@ static void test_detect_v2(void **state)
         cgroup_fs fs = { 0 };
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         assert_string_equal(fs.root, f->dir);
+        assert_false(fs.libcgroup);
+        assert_false(fs.hybrid);
         cgroup_fs_free(&fs);
 }
 
@@ -282,14 +297,23 @@ static void test_detect_failures(void **state)
 
 static void test_detect_real_v1(void **state)
 {
+        struct statfs sfs;
         struct stat st;
         cgroup_fs fs = { 0 };
 
         (void)state;
         if (stat("/sys/fs/cgroup/cpuacct", &st) < 0 || !S_ISDIR(st.st_mode))
                 skip();
-        detect("/sys/fs/cgroup", CGROUP_V1, &fs);
+        detect("/sys/fs/cgroup", CS_CGROUP_V1, &fs);
         assert_string_equal(fs.root, "/sys/fs/cgroup");
+        /* The real mounts: libcgroup found them, the hierarchies are its mount points. */
+        assert_true(fs.libcgroup);
+        assert_non_null(fs.cpuacct_dir);
+        assert_string_equal(fs.memory_dir, "/sys/fs/cgroup/memory");
+        assert_true(strcmp(fs.cpuacct_dir, "/sys/fs/cgroup/cpuacct") == 0 ||
+                    strcmp(fs.cpuacct_dir, "/sys/fs/cgroup/cpu,cpuacct") == 0);
+        assert_true(fs.hybrid == (statfs("/sys/fs/cgroup/unified", &sfs) == 0 &&
+                                  sfs.f_type == CGROUP2_SUPER_MAGIC));
         cgroup_fs_free(&fs);
 }
 
@@ -342,7 +366,7 @@ static void test_read_v1(void **state)
         cgroup_sample s;
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         check_v1_full(&s);
@@ -359,7 +383,7 @@ static void test_read_v1_combined_cpuacct(void **state)
         cgroup_sample s;
 
         make_v1_tree(f->dir, "cpu,cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         read_ok(&fs, "/compute/abc", &s);
         check_v1_full(&s);
         cgroup_fs_free(&fs);
@@ -374,7 +398,7 @@ static void test_read_v1_missing_files(void **state)
         /* Only the cpuacct cgroup, with no files at all: everything 0. */
         mkdirs(f->dir, "cpuacct/compute/abc");
         mkdirs(f->dir, "memory");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.cpu_ns, 0);
@@ -413,7 +437,7 @@ static void test_read_v1_blkio_fallback(void **state)
         put(f->dir, "blkio/compute/abc/blkio.io_service_bytes",
             "8:0 Read 1000\n8:0 Write 2000\n8:0 Sync 3000\n8:0 Async 0\n8:0 Total 3000\n"
             "Total 3000\n");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.io_read_bytes, 1000);
         assert_int_equal(s.io_write_bytes, 2000);
@@ -451,7 +475,7 @@ static void test_read_not_found(void **state)
         make_v1_tree(f->dir, "cpuacct");
         /* A memory cgroup alone does not make the cgroup exist: v1 looks at cpuacct. */
         mkdirs(f->dir, "memory/compute/other");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         assert_int_equal(cgroup_read(&fs, "/compute/other", &s, &err), -1);
         check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/other");
         assert_int_equal(cgroup_reset_peak(&fs, "/compute/missing", &err), -1);
@@ -467,7 +491,7 @@ static void test_read_bad_path(void **state)
         cs_error *err = NULL;
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         assert_int_equal(cgroup_read(&fs, "/compute/../../etc", &s, &err), -1);
         check_error(&err, GRPC_STATUS_INVALID_ARGUMENT, "..");
         assert_int_equal(cgroup_read(&fs, "/compute/./abc", &s, &err), -1);
@@ -509,7 +533,7 @@ static void test_read_v1_garbage(void **state)
         cgroup_fs fs = { 0 };
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "max\n", "1\n");
         expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "", "1\n");
         expect_garbage(f, &fs, "cpuacct/compute/abc/cpuacct.usage", "-1\n", "1\n");
@@ -541,7 +565,7 @@ static void test_read_too_large(void **state)
         memset(big, '1', n);
         big[n] = '\0';
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         expect_garbage(f, &fs, "memory/compute/abc/memory.usage_in_bytes", big, "1\n");
         free(big);
         cgroup_fs_free(&fs);
@@ -556,7 +580,7 @@ static void test_read_v2(void **state)
         cgroup_sample s;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.cpu_ns, UINT64_C(1234567) * 1000);
@@ -585,7 +609,7 @@ static void test_read_v2_missing_files(void **state)
 
         put(f->dir, "cgroup.controllers", "cpu memory\n");
         mkdirs(f->dir, "compute/abc");
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         memset(&s, 0xff, sizeof(s));
         read_ok(&fs, "/compute/abc", &s);
         assert_int_equal(s.cpu_ns, 0);
@@ -616,7 +640,7 @@ static void test_read_v2_not_found(void **state)
         cs_error *err = NULL;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         assert_int_equal(cgroup_read(&fs, "/compute/nope", &s, &err), -1);
         check_error(&err, GRPC_STATUS_NOT_FOUND, "/compute/nope");
         /* A path through a file is not a cgroup either, but not NOT_FOUND. */
@@ -633,7 +657,7 @@ static void test_read_v2_garbage(void **state)
         cgroup_fs fs = { 0 };
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         expect_garbage(f, &fs, "compute/abc/memory.current", "max\n", "1\n");
         expect_garbage(f, &fs, "compute/abc/memory.peak", "garbage\n", "1\n");
         expect_garbage(f, &fs, "compute/abc/cpu.stat", "user_usec 5\n", v2_cpu_stat);
@@ -659,7 +683,7 @@ static void test_read_nul_byte(void **state)
         int fd;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         snprintf(path, sizeof(path), "%s/compute/abc/io.stat", f->dir);
         fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
         assert_true(fd >= 0);
@@ -680,7 +704,7 @@ static void test_reset_peak_v1(void **state)
         char *contents;
 
         make_v1_tree(f->dir, "cpuacct");
-        detect(f->dir, CGROUP_V1, &fs);
+        detect(f->dir, CS_CGROUP_V1, &fs);
         assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 0);
         assert_null(err);
         contents = slurp(f->dir, "memory/compute/abc/memory.max_usage_in_bytes");
@@ -711,7 +735,7 @@ static void test_reset_peak_v2(void **state)
         char path[256], *contents;
 
         make_v2_tree(f->dir);
-        detect(f->dir, CGROUP_V2, &fs);
+        detect(f->dir, CS_CGROUP_V2, &fs);
         /* The reset would be local to the writer's fd: reported as unsupported, file untouched. */
         assert_int_equal(cgroup_reset_peak(&fs, "/compute/abc", &err), 1);
         assert_null(err);
@@ -830,8 +854,8 @@ static void test_no_fd_leaks(void **state)
         put(root1, "cpuacct/compute/abc/cgroup.procs", "1\n");
         make_v2_tree(root2);
         before = count_fds();
-        detect(root1, CGROUP_V1, &v1);
-        detect(root2, CGROUP_V2, &v2);
+        detect(root1, CS_CGROUP_V1, &v1);
+        detect(root2, CS_CGROUP_V2, &v2);
         read_ok(&v1, "/compute/abc", &s);
         read_ok(&v2, "/compute/abc", &s);
         assert_int_equal(cgroup_read(&v1, "/compute/none", &s, &err), -1);
@@ -855,8 +879,8 @@ static void test_no_fd_leaks(void **state)
 
 typedef struct real_cgroup {
         char name[64];
-        char cpuacct[128], memory[128];
-        bool made_cpuacct, made_memory;
+        char cpuacct[128], memory[128], systemd[128];
+        bool made_cpuacct, made_memory, made_systemd;
         pid_t child;
         int release[2]; /* parent writes a byte when the child may start working */
 } real_cgroup;
@@ -870,6 +894,7 @@ static int setup_real(void **state)
         snprintf(rc->name, sizeof(rc->name), "cs-test-%d", (int)getpid());
         snprintf(rc->cpuacct, sizeof(rc->cpuacct), "/sys/fs/cgroup/cpuacct/%s", rc->name);
         snprintf(rc->memory, sizeof(rc->memory), "/sys/fs/cgroup/memory/%s", rc->name);
+        snprintf(rc->systemd, sizeof(rc->systemd), "/sys/fs/cgroup/systemd/%s", rc->name);
         *state = rc;
         return 0;
 }
@@ -890,6 +915,8 @@ static int teardown_real(void **state)
                 fprintf(stderr, "rmdir %s: %s\n", rc->cpuacct, strerror(errno));
         if (rc->made_memory && rmdir(rc->memory) < 0)
                 fprintf(stderr, "rmdir %s: %s\n", rc->memory, strerror(errno));
+        if (rc->made_systemd && rmdir(rc->systemd) < 0)
+                fprintf(stderr, "rmdir %s: %s\n", rc->systemd, strerror(errno));
         free(rc);
         return 0;
 }
@@ -950,11 +977,12 @@ static void real_v1_start(real_cgroup *rc, cgroup_fs *fs)
                         fail_msg("this test needs root");
                 skip();
         }
-        if (cgroup_fs_detect("/sys/fs/cgroup", fs, &err) < 0 || fs->version != CGROUP_V1) {
+        if (cgroup_fs_detect("/sys/fs/cgroup", fs, &err) < 0 || fs->version != CS_CGROUP_V1) {
                 cs_error_freep(&err);
                 cgroup_fs_free(fs);
                 skip();
         }
+        assert_true(fs->libcgroup); /* what follows goes through libcgroup's mounts */
         if (mkdir(rc->cpuacct, 0755) < 0)
                 fail_msg("mkdir %s: %s", rc->cpuacct, strerror(errno));
         rc->made_cpuacct = true;
@@ -982,6 +1010,12 @@ static void test_real_v1_remove(void **state)
         }
         write_pid(rc->cpuacct, rc->child);
         write_pid(rc->memory, rc->child);
+        /* systemd's named hierarchy, which libcgroup does not list (Debian's opaque one):
+         * runsc makes the sandbox's cgroup there too. */
+        if (mkdir(rc->systemd, 0755) == 0) {
+                rc->made_systemd = true;
+                write_pid(rc->systemd, rc->child);
+        }
 
         snprintf(path, sizeof(path), "/%s", rc->name);
         if (cgroup_remove(&fs, path, &err) < 0)
@@ -991,7 +1025,8 @@ static void test_real_v1_remove(void **state)
         assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
         assert_int_equal(access(rc->cpuacct, F_OK), -1);
         assert_int_equal(access(rc->memory, F_OK), -1);
-        rc->made_cpuacct = rc->made_memory = false;
+        assert_int_equal(access(rc->systemd, F_OK), -1);
+        rc->made_cpuacct = rc->made_memory = rc->made_systemd = false;
         assert_int_equal(cgroup_remove(&fs, path, &err), 0);
         assert_int_equal(cgroup_remove(&fs, "/", &err), -1); /* never the root */
         cs_error_freep(&err);
@@ -1042,6 +1077,246 @@ static void test_real_v1_cgroup(void **state)
         cgroup_fs_free(&fs);
 }
 
+/* ---- libcgroup with a /proc/mounts of the test's own ------------------------------------- */
+
+/* libcgroup reads /proc/mounts (cgroup_init()); these tests bind a file of their own over
+ * /proc/self/mounts, in a private mount namespace that the whole test process enters once
+ * (mounts made there vanish with it), so the host's mounts are never touched. */
+typedef struct ns_fixture {
+        char dir[64];
+        char mounts[4][160]; /* what the test mounted, unmounted in reverse */
+        int n_mounts;
+        bool proc_mounts; /* /proc/self/mounts is bound over */
+        pid_t child;
+} ns_fixture;
+
+static int setup_ns(void **state)
+{
+        static bool unshared;
+        ns_fixture *nf;
+
+        if (geteuid() != 0)
+                return 0; /* the test skips (or fails in CI) */
+        if (!unshared) {
+                if (unshare(CLONE_NEWNS) < 0 ||
+                    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                        return -1;
+                unshared = true;
+        }
+        nf = cs_xcalloc(1, sizeof(*nf));
+        nf->child = -1;
+        snprintf(nf->dir, sizeof(nf->dir), "/tmp/test_cgroup.XXXXXX");
+        if (!mkdtemp(nf->dir)) {
+                free(nf);
+                return -1;
+        }
+        *state = nf;
+        return 0;
+}
+
+static int teardown_ns(void **state)
+{
+        ns_fixture *nf = *state;
+        int status, r;
+
+        if (!nf)
+                return 0;
+        if (nf->child > 0) {
+                kill(nf->child, SIGKILL);
+                waitpid(nf->child, &status, 0);
+        }
+        if (nf->proc_mounts && umount2("/proc/self/mounts", MNT_DETACH) < 0)
+                fprintf(stderr, "umount /proc/self/mounts: %s\n", strerror(errno));
+        for (int i = nf->n_mounts - 1; i >= 0; i--) {
+                char cg[192];
+
+                /* A cgroup a failed test left in its cgroup2 mount (rmdir: empty by now). */
+                snprintf(cg, sizeof(cg), "%s/abc", nf->mounts[i]);
+                rmdir(cg);
+                if (umount2(nf->mounts[i], MNT_DETACH) < 0)
+                        fprintf(stderr, "umount %s: %s\n", nf->mounts[i], strerror(errno));
+        }
+        r = nftw(nf->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        free(nf);
+        return r;
+}
+
+static ns_fixture *ns_start(void **state)
+{
+        if (geteuid() != 0) {
+                if (getenv("CI"))
+                        fail_msg("this test needs root");
+                skip();
+        }
+        return *state;
+}
+
+/* Mounts a real cgroup2 hierarchy at nf->dir/rel (this kernel's: only the controllers v1
+ * does not hold, hugetlb here). */
+static void mount_cgroup2(ns_fixture *nf, const char *rel)
+{
+        char path[sizeof(nf->mounts[0])];
+
+        assert_true(nf->n_mounts < (int)ARRAY_SIZE(nf->mounts));
+        mkdirs(nf->dir, rel);
+        snprintf(path, sizeof(path), "%s/%s", nf->dir, rel);
+        if (mount("cgroup2", path, "cgroup2", 0, NULL) < 0)
+                fail_msg("mount -t cgroup2 %s: %s", path, strerror(errno));
+        memcpy(nf->mounts[nf->n_mounts++], path, sizeof(path));
+}
+
+/* Makes contents the /proc/mounts that libcgroup reads from now on. */
+static void fake_proc_mounts(ns_fixture *nf, const char *contents)
+{
+        char path[128];
+        char *seen;
+
+        put(nf->dir, "mounts", contents);
+        snprintf(path, sizeof(path), "%s/mounts", nf->dir);
+        if (nf->proc_mounts)
+                assert_int_equal(umount2("/proc/self/mounts", MNT_DETACH), 0);
+        if (mount(path, "/proc/self/mounts", NULL, MS_BIND, NULL) < 0)
+                fail_msg("binding %s over /proc/self/mounts: %s", path, strerror(errno));
+        nf->proc_mounts = true;
+        seen = slurp("/proc", "mounts");
+        assert_string_equal(seen, contents);
+        free(seen);
+}
+
+/* The host's v1 mount lines ("cgroup" type) of the real /proc/mounts. */
+static char *host_v1_mount_lines(void)
+{
+        _cleanup_free_ char *all = NULL;
+        char *out = cs_xcalloc(1, 4096), *cur, *line;
+        size_t n = 0;
+
+        all = slurp("/proc", "mounts");
+        for (cur = all; (line = strsep(&cur, "\n"));)
+                if (strstr(line, " cgroup ") && n + strlen(line) + 2 < 4096)
+                        n += (size_t)snprintf(out + n, 4096 - n, "%s\n", line);
+        return out;
+}
+
+/* A v2 node as libcgroup sees it: its /proc/mounts has a cgroup2 mount at root whose
+ * cgroup.controllers lists cpu and memory. The kernel cannot give this host's cgroup2
+ * hierarchy those (they are bound to v1), so root is a plain directory with the files a v2
+ * node's root has, and the sandbox cgroups live on a real cgroup2 mount at root/compute: the
+ * kernel's cpu.stat, cgroup.procs, cgroup.kill and rmdir. A child burns CPU in /compute/abc;
+ * cgroup_read sees it from the kernel's cpu.stat; cgroup_remove kills it (cgroup.kill) and
+ * removes the cgroup through libcgroup. */
+static void test_lib_v2_node(void **state)
+{
+        ns_fixture *nf = ns_start(state);
+        cgroup_fs fs = { 0 };
+        cgroup_sample s;
+        cs_error *err = NULL;
+        char root[96], mounts[256], cg[128];
+        int to_child[2], from_child[2], status;
+        char c;
+
+        snprintf(root, sizeof(root), "%s/v2", nf->dir);
+        put(nf->dir, "v2/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
+        mount_cgroup2(nf, "v2/compute");
+        snprintf(mounts, sizeof(mounts),
+                 "cgroup2 %s cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n", root);
+        fake_proc_mounts(nf, mounts);
+
+        detect(root, CS_CGROUP_V2, &fs);
+        assert_true(fs.libcgroup);
+        assert_false(fs.hybrid);
+        assert_string_equal(fs.root, root);
+
+        snprintf(cg, sizeof(cg), "%s/compute/abc", root);
+        assert_int_equal(mkdir(cg, 0755), 0);
+        assert_int_equal(pipe2(to_child, O_CLOEXEC), 0);
+        assert_int_equal(pipe2(from_child, O_CLOEXEC), 0);
+        nf->child = fork();
+        assert_true(nf->child >= 0);
+        if (nf->child == 0) {
+                volatile uint64_t x = 0;
+                int64_t start;
+
+                if (read(to_child[0], &c, 1) != 1)
+                        _exit(2);
+                start = cpu_time_ms();
+                while (cpu_time_ms() - start < 150)
+                        for (int i = 0; i < 100000; i++)
+                                x += (uint64_t)i * 7;
+                if (write(from_child[1], "x", 1) != 1)
+                        _exit(3);
+                for (;;)
+                        pause();
+        }
+        close(to_child[0]);
+        close(from_child[1]);
+        write_pid(cg, nf->child);
+        assert_int_equal(write(to_child[1], "x", 1), 1);
+        assert_int_equal(read(from_child[0], &c, 1), 1);
+        close(to_child[1]);
+        close(from_child[0]);
+
+        read_ok(&fs, "/compute/abc", &s);
+        if (s.cpu_ns < 100 * UINT64_C(1000000))
+                fail_msg("cpu_ns %llu from the kernel's cpu.stat", (unsigned long long)s.cpu_ns);
+        assert_int_equal(s.memory_bytes, 0); /* no memory controller on this hierarchy */
+        assert_false(s.has_peak);
+
+        if (cgroup_remove(&fs, "/compute/abc", &err) < 0)
+                fail_msg("cgroup_remove: %s", err->msg);
+        assert_int_equal(waitpid(nf->child, &status, 0), nf->child);
+        nf->child = -1;
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        assert_int_equal(access(cg, F_OK), -1);
+        assert_int_equal(cgroup_remove(&fs, "/compute/abc", &err), 0); /* again: fine */
+        assert_int_equal(cgroup_read(&fs, "/compute/abc", &s, &err), -1);
+        check_error(&err, GRPC_STATUS_NOT_FOUND, "does not exist");
+        cgroup_fs_free(&fs);
+
+        /* Without cpu and memory in that root, libcgroup has nothing there: the root's files
+         * decide, and a real cgroup2 mount without them is refused. */
+        snprintf(root, sizeof(root), "%s/v2/compute", nf->dir);
+        snprintf(mounts, sizeof(mounts), "cgroup2 %s cgroup2 rw 0 0\n", root);
+        fake_proc_mounts(nf, mounts);
+        assert_int_equal(cgroup_fs_detect(root, &fs, &err), -1);
+        check_error(&err, GRPC_STATUS_FAILED_PRECONDITION, "cgroup2 mount without");
+}
+
+/* Hybrid hosts through libcgroup: the host's v1 mounts, and a cgroup2 mount elsewhere that
+ * libcgroup lists (it holds hugetlb here). The host's /sys/fs/cgroup/unified is unmounted in
+ * this namespace, so only libcgroup can tell. */
+static void test_lib_hybrid(void **state)
+{
+        ns_fixture *nf = ns_start(state);
+        _cleanup_free_ char *v1 = host_v1_mount_lines();
+        _cleanup_free_ char *controllers = NULL;
+        cgroup_fs fs = { 0 };
+        struct statfs sfs;
+        char mounts[4096 + 256];
+
+        if (!strstr(v1, " /sys/fs/cgroup/memory "))
+                skip(); /* not a v1 host */
+        if (statfs("/sys/fs/cgroup/unified", &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC &&
+            umount2("/sys/fs/cgroup/unified", MNT_DETACH) < 0)
+                fail_msg("umount /sys/fs/cgroup/unified: %s", strerror(errno));
+
+        fake_proc_mounts(nf, v1);
+        detect("/sys/fs/cgroup", CS_CGROUP_V1, &fs);
+        assert_true(fs.libcgroup);
+        assert_false(fs.hybrid);
+        cgroup_fs_free(&fs);
+
+        mount_cgroup2(nf, "unified");
+        controllers = slurp(nf->mounts[0], "cgroup.controllers");
+        if (controllers[0] == '\n' || controllers[0] == '\0')
+                skip(); /* libcgroup 2.0 skips a cgroup2 mount without controllers */
+        snprintf(mounts, sizeof(mounts), "%scgroup2 %s cgroup2 rw 0 0\n", v1, nf->mounts[0]);
+        fake_proc_mounts(nf, mounts);
+        detect("/sys/fs/cgroup", CS_CGROUP_V1, &fs);
+        assert_true(fs.libcgroup);
+        assert_true(fs.hybrid);
+        cgroup_fs_free(&fs);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1076,6 +1351,9 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_no_fd_leaks, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_real_v1_cgroup, setup_real, teardown_real),
                 cmocka_unit_test_setup_teardown(test_real_v1_remove, setup_real, teardown_real),
+                /* Last: these run the process in a mount namespace of its own. */
+                cmocka_unit_test_setup_teardown(test_lib_v2_node, setup_ns, teardown_ns),
+                cmocka_unit_test_setup_teardown(test_lib_hybrid, setup_ns, teardown_ns),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

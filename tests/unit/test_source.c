@@ -279,7 +279,7 @@ static int kube_setup(void **state)
         assert_int_equal(mkdir(bundles, 0700), 0);
         assert_int_equal(mkdir(sd, 0700), 0);
         f->rt = fake_runtime_new();
-        f->cg = (cgroup_fs){ .root = f->dir, .version = CGROUP_V2 };
+        f->cg = (cgroup_fs){ .root = f->dir, .version = CS_CGROUP_V2 };
         sc.state_dir = sd;
         sc.images_dir = sd;
         sc.cgroup_parent = "/compute";
@@ -607,7 +607,7 @@ static int local_setup(void **state)
         assert_int_equal(mkdir(images, 0700), 0);
         assert_int_equal(mkdir(image, 0700), 0);
         f->rt = fake_runtime_new();
-        f->cg = (cgroup_fs){ .root = f->dir, .version = CGROUP_V2 };
+        f->cg = (cgroup_fs){ .root = f->dir, .version = CS_CGROUP_V2 };
         sc.state_dir = f->dir;
         sc.images_dir = images;
         sc.cgroup_parent = "/compute";

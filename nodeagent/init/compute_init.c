@@ -1,0 +1,182 @@
+/* compute-init: the sandbox's init (pid 1), which keeps the resident spawner running
+ * (init.h). `compute-init --spawner` is the spawner role alone, for tests on the host. */
+#include "init.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void init_log(const char *fmt, ...)
+{
+        char line[512];
+        va_list ap;
+        int n;
+
+        n = snprintf(line, sizeof(line), "compute-init[%d]: ", (int)getpid());
+        va_start(ap, fmt);
+        vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+        va_end(ap);
+        strcat(line, "\n");
+        /* One write per line: the roles share stderr. */
+        (void)!write(2, line, strlen(line));
+}
+
+int64_t init_now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void init_close_fds_from(int from)
+{
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *de;
+
+        if (!d) {
+                for (int fd = from; fd < 65536; fd++)
+                        close(fd);
+                return;
+        }
+        while ((de = readdir(d))) {
+                int fd = atoi(de->d_name);
+
+                if (de->d_name[0] != '.' && fd >= from && fd != dirfd(d))
+                        close(fd);
+        }
+        closedir(d);
+}
+
+static pid_t start_spawner(const char *path)
+{
+        pid_t pid = fork();
+
+        if (pid < 0) {
+                init_log("fork: %s", strerror(errno));
+                return -1;
+        }
+        if (pid == 0) {
+                sigset_t none;
+
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                spawner_main(path);
+        }
+        return pid;
+}
+
+/* The init role: reaps everything, keeps one spawner alive (10 ms to 1 s between restarts
+ * of one that dies young), and lets no signal end it. */
+static _Noreturn void init_main(const char *path)
+{
+        int64_t started_ms = 0, next_start_ms = 0;
+        int backoff = 10;
+        pid_t spawner = 0;
+        sigset_t all;
+
+        /* Outside a pid namespace (tests), orphans of the spawner's tree come here. */
+        if (getpid() != 1)
+                prctl(PR_SET_CHILD_SUBREAPER, 1);
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        for (;;) {
+                struct timespec ts = { .tv_sec = 1 };
+                siginfo_t si;
+                int64_t now = init_now_ms();
+                int status;
+                pid_t p;
+
+                if (spawner <= 0 && now >= next_start_ms) {
+                        spawner = start_spawner(path);
+                        started_ms = now;
+                        if (spawner < 0)
+                                next_start_ms = now + 1000;
+                }
+                if (spawner <= 0) {
+                        int64_t wait_ms = next_start_ms - now;
+
+                        ts.tv_sec = wait_ms / 1000;
+                        ts.tv_nsec = (wait_ms % 1000) * 1000000;
+                }
+                if (sigtimedwait(&all, &si, &ts) > 0 && si.si_signo != SIGCHLD)
+                        init_log("ignoring signal %d", si.si_signo);
+                while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+                        if (p != spawner)
+                                continue;
+                        now = init_now_ms();
+                        init_log("the spawner ended (%s %d); restarting it",
+                                 WIFSIGNALED(status) ? "signal" : "exit status",
+                                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+                        /* A spawner that lived 10 s was not crash-looping: start again fast. */
+                        backoff = now - started_ms > 10000 ? 10 : backoff;
+                        next_start_ms = now + backoff;
+                        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+                        spawner = 0;
+                }
+        }
+}
+
+static void usage(FILE *f)
+{
+        fprintf(f, "Usage: compute-init [--spawner] [--socket PATH]\n"
+                   "\n"
+                   "The sandbox's init process: reaps orphans and keeps the resident spawner\n"
+                   "running, which connects to the node agent's Unix socket and starts commands\n"
+                   "on its request (compute.spawner.v1).\n"
+                   "\n"
+                   "  --socket PATH  the agent's socket (default " INIT_DEFAULT_SOCKET ")\n"
+                   "  --spawner      run the spawner role alone (no init), e.g. on a host\n"
+                   "  --version      print the version\n"
+                   "  --help         this text\n");
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "spawner", no_argument, NULL, 'S' },
+                { "version", no_argument, NULL, 'V' },
+                { "help", no_argument, NULL, 'h' },
+                { 0 },
+        };
+        const char *path = INIT_DEFAULT_SOCKET;
+        bool spawner = false;
+        int c;
+
+        while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                switch (c) {
+                case 's':
+                        path = optarg;
+                        break;
+                case 'S':
+                        spawner = true;
+                        break;
+                case 'V':
+                        puts(INIT_VERSION);
+                        return 0;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind != argc) {
+                usage(stderr);
+                return 2;
+        }
+        if (spawner)
+                spawner_main(path);
+        init_main(path);
+}

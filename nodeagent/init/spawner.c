@@ -1,0 +1,685 @@
+/* The spawner: one connection to the agent, many execs multiplexed on it
+ * (proto/spawner/v1/spawner.proto). Single-threaded, one poll loop.
+ *
+ * Bounds: at most SPAWNER_MAX_EXECS execs; the agent's frames through a spawn_reader (one
+ * frame at most); outgoing frames in one queue: pipes are read only while it holds less than
+ * QUEUE_SOFT bytes and within the exec's credit, and the socket is read only while it holds
+ * less than QUEUE_HARD (so an agent that sends Pings and reads nothing cannot grow it). */
+#include "init.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "spawn_frame.h"
+#include "utf8.h"
+
+#define SPAWNER_MAX_EXECS 1024
+#define QUEUE_SOFT        (256 * 1024)
+#define QUEUE_HARD        (1024 * 1024)
+#define EXIT_GRACE_MS     200
+/* After the grace, what is read from a pipe before giving up on it: what the command left in
+ * it (a pipe holds 64 KiB, 1 MiB at most when resized), not a background writer's stream. */
+#define LATE_MAX       (1024 * 1024)
+#define BACKOFF_MIN_MS 10
+#define BACKOFF_MAX_MS 1000
+
+typedef struct out_frame {
+        struct out_frame *next;
+        uint8_t *buf;
+        size_t len, off;
+} out_frame;
+
+typedef struct exec {
+        uint64_t id;
+        pid_t shepherd;
+        int ctl;    /* -1 once closed */
+        int out[2]; /* stdout, stderr read ends; -1 at EOF */
+        uint64_t credit;
+        bool started;   /* Started sent: Output may follow */
+        bool exited;    /* the shepherd said the command exited */
+        bool finishing; /* FINISH sent, waiting for DONE */
+        bool gone;      /* to be freed at the end of this loop turn */
+        int64_t exit_ms;
+        int status;
+        size_t late[2];    /* bytes read from each pipe after the grace */
+        char *argv0, *cwd; /* for a start error's message, cut at its size */
+} exec;
+
+static struct {
+        const char *path;
+        int conn, sfd;
+        spawn_reader reader;
+        out_frame *head, *tail;
+        size_t queued;
+        exec *execs[SPAWNER_MAX_EXECS];
+        size_t n_execs;
+        unsigned live_children; /* shepherds forked and not reaped yet */
+        uint8_t chunk[SPAWN_MAX_DATA];
+} S = { .conn = -1, .sfd = -1 };
+
+/* --- outgoing queue -------------------------------------------------------------------- */
+
+static void queue_clear(void)
+{
+        while (S.head) {
+                out_frame *f = S.head;
+
+                S.head = f->next;
+                free(f->buf);
+                free(f);
+        }
+        S.tail = NULL;
+        S.queued = 0;
+}
+
+static void send_frame(const spawn_spawner_frame *frame)
+{
+        out_frame *f;
+        size_t len;
+        uint8_t *buf = spawn_encode_spawner(frame, &len);
+
+        if (!buf) {
+                init_log("cannot encode a frame (memory short?)");
+                return;
+        }
+        f = calloc(1, sizeof(*f));
+        if (!f) {
+                free(buf);
+                init_log("out of memory");
+                return;
+        }
+        f->buf = buf;
+        f->len = len;
+        if (S.tail)
+                S.tail->next = f;
+        else
+                S.head = f;
+        S.tail = f;
+        S.queued += len;
+}
+
+/* Writes what the socket takes. -1 when the connection is broken. */
+static int queue_flush(void)
+{
+        while (S.head) {
+                out_frame *f = S.head;
+                ssize_t n = send(S.conn, f->buf + f->off, f->len - f->off, MSG_NOSIGNAL);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return 0;
+                        return -1;
+                }
+                f->off += (size_t)n;
+                S.queued -= (size_t)n;
+                if (f->off < f->len)
+                        continue;
+                S.head = f->next;
+                if (!S.head)
+                        S.tail = NULL;
+                free(f->buf);
+                free(f);
+        }
+        return 0;
+}
+
+static void send_exited(uint64_t id, int status, const shep_msg *usage, const char *start_error,
+                        int code)
+{
+        Compute__Spawner__V1__SpawnerFrame f = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__INIT;
+        Compute__Spawner__V1__Exited e = COMPUTE__SPAWNER__V1__EXITED__INIT;
+
+        f.exec_id = id;
+        f.kind_case = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_EXITED;
+        f.exited = &e;
+        if (start_error) {
+                e.exit_code = code;
+                e.start_error = (char *)start_error;
+        } else if (WIFSIGNALED(status)) {
+                e.exit_code = -1;
+                e.signal = WTERMSIG(status);
+                e.core_dumped = WCOREDUMP(status);
+        } else {
+                e.exit_code = WEXITSTATUS(status);
+        }
+        if (usage) {
+                e.user_us = usage->user_us;
+                e.system_us = usage->system_us;
+                e.max_rss_kib = usage->max_rss_kib;
+        }
+        send_frame(&f);
+}
+
+/* --- execs ----------------------------------------------------------------------------- */
+
+static exec *find_exec(uint64_t id)
+{
+        for (size_t i = 0; i < S.n_execs; i++)
+                if (S.execs[i]->id == id && !S.execs[i]->gone)
+                        return S.execs[i];
+        return NULL;
+}
+
+static void close_fd(int *fd)
+{
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -1;
+}
+
+/* Ends our side of an exec: closing ctl before FINISH makes its shepherd kill the tree. */
+static void exec_drop(exec *e)
+{
+        close_fd(&e->ctl);
+        close_fd(&e->out[0]);
+        close_fd(&e->out[1]);
+        e->gone = true;
+}
+
+static void execs_sweep(void)
+{
+        size_t j = 0;
+
+        for (size_t i = 0; i < S.n_execs; i++) {
+                if (S.execs[i]->gone) {
+                        free(S.execs[i]->argv0);
+                        free(S.execs[i]->cwd);
+                        free(S.execs[i]);
+                } else
+                        S.execs[j++] = S.execs[i];
+        }
+        S.n_execs = j;
+}
+
+/* A message safe for a client: the command's name and cwd as the sandbox knows them, cut at
+ * 256 bytes on a character boundary. */
+static void start_error(uint64_t id, const char *argv0, const char *cwd, int err, int at)
+{
+        char msg[SPAWN_MAX_START_ERROR + 1];
+        int code = err == ENOENT ? 127 : 126;
+        size_t n;
+
+        if (at == SHEP_AT_CWD)
+                snprintf(msg, sizeof(msg), "cannot enter working directory %s: %s", cwd,
+                         strerror(err));
+        else if (at == SHEP_AT_EXEC && err == ENOENT && !strchr(argv0, '/'))
+                snprintf(msg, sizeof(msg), "%s: command not found", argv0);
+        else if (at == SHEP_AT_EXEC)
+                snprintf(msg, sizeof(msg), "%s: %s", argv0, strerror(err));
+        else
+                snprintf(msg, sizeof(msg), "cannot start the command: %s", strerror(err));
+        n = strlen(msg);
+        while (n > 0 && !cs_utf8_valid(msg, n))
+                msg[--n] = '\0';
+        send_exited(id, 0, NULL, msg, code);
+}
+
+static char **null_terminated(char **v, size_t n)
+{
+        char **out = calloc(n + 1, sizeof(*out));
+
+        if (out)
+                memcpy(out, v, n * sizeof(*out));
+        return out;
+}
+
+static void exec_start(uint64_t id, const Compute__Spawner__V1__Start *s)
+{
+        int out[2] = { -1, -1 }, err[2] = { -1, -1 }, ctl[2] = { -1, -1 };
+        char **argv = NULL, **env = NULL;
+        exec *e = NULL;
+        pid_t pid;
+
+        if (S.n_execs >= SPAWNER_MAX_EXECS) {
+                send_exited(id, 0, NULL, "too many commands running", 126);
+                return;
+        }
+        argv = null_terminated(s->argv, s->n_argv);
+        env = null_terminated(s->env, s->n_env);
+        e = calloc(1, sizeof(*e));
+        if (e) {
+                e->argv0 = strndup(s->argv[0], SPAWN_MAX_START_ERROR);
+                e->cwd = strndup(s->cwd, SPAWN_MAX_START_ERROR);
+        }
+        if (!argv || !env || !e || !e->argv0 || !e->cwd) {
+                errno = ENOMEM;
+                goto fail;
+        }
+        if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+            socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0)
+                goto fail;
+        pid = fork();
+        if (pid < 0)
+                goto fail;
+        if (pid == 0) {
+                shep_cmd cmd = {
+                        .argv = argv, .env = env, .cwd = s->cwd, .out_fd = out[1], .err_fd = err[1]
+                };
+
+                shepherd_main(ctl[1], &cmd);
+        }
+        S.live_children++;
+        close(out[1]);
+        close(err[1]);
+        close(ctl[1]);
+        fcntl(out[0], F_SETFL, O_NONBLOCK);
+        fcntl(err[0], F_SETFL, O_NONBLOCK);
+        e->id = id;
+        e->shepherd = pid;
+        e->ctl = ctl[0];
+        e->out[0] = out[0];
+        e->out[1] = err[0];
+        e->credit = s->credit;
+        S.execs[S.n_execs++] = e;
+        free(argv);
+        free(env);
+        return;
+fail:
+        start_error(id, s->argv[0], s->cwd, errno, SHEP_AT_SETUP);
+        for (int i = 0; i < 2; i++) {
+                close_fd(&out[i]);
+                close_fd(&err[i]);
+                close_fd(&ctl[i]);
+        }
+        free(argv);
+        free(env);
+        if (e) {
+                free(e->argv0);
+                free(e->cwd);
+                free(e);
+        }
+}
+
+static void exec_signal(exec *e, int signo)
+{
+        shep_msg m = { .op = SHEP_SIGNAL, .a = signo };
+
+        if (e->ctl >= 0 && !e->finishing)
+                (void)!send(e->ctl, &m, sizeof(m), MSG_NOSIGNAL);
+}
+
+/* --- the agent's frames ---------------------------------------------------------------- */
+
+/* 0, or -1 on a protocol error (*why says which). */
+static int handle_frame(const uint8_t *p, size_t n, const char **why)
+{
+        spawn_agent_frame *f = spawn_decode_agent(p, n, why);
+        Compute__Spawner__V1__SpawnerFrame out = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__INIT;
+        Compute__Spawner__V1__Pong pong = COMPUTE__SPAWNER__V1__PONG__INIT;
+        exec *e;
+
+        if (!f)
+                return -1;
+        switch (f->kind_case) {
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_START:
+                if (find_exec(f->exec_id)) {
+                        *why = "start with the exec_id of a running exec";
+                        spawn_agent_frame_free(f);
+                        return -1;
+                }
+                exec_start(f->exec_id, f->start);
+                break;
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_SIGNAL:
+                e = find_exec(f->exec_id);
+                if (e)
+                        exec_signal(e, f->signal->signo);
+                break;
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_CREDIT:
+                e = find_exec(f->exec_id);
+                /* Capped so that no sum of grants overflows. */
+                if (e && e->credit < (1ull << 40))
+                        e->credit += f->credit->bytes;
+                break;
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_PING:
+                pong.nonce = f->ping->nonce;
+                out.kind_case = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_PONG;
+                out.pong = &pong;
+                send_frame(&out);
+                break;
+        default:
+                break;
+        }
+        spawn_agent_frame_free(f);
+        return 0;
+}
+
+/* Reads and handles what the socket has. -1 when the connection must end. */
+static int conn_read(void)
+{
+        const uint8_t *p;
+        const char *why = NULL;
+        size_t n;
+        ssize_t got;
+        int r;
+
+        got = spawn_reader_fill(&S.reader, S.conn);
+        if (got == 0)
+                return -1;
+        if (got < 0 && errno != EAGAIN) {
+                init_log("reading the agent's socket: %s", strerror(errno));
+                return -1;
+        }
+        while ((r = spawn_reader_next(&S.reader, &p, &n, &why)) == 1) {
+                if (handle_frame(p, n, &why) < 0) {
+                        init_log("protocol error from the agent: %s", why);
+                        return -1;
+                }
+        }
+        if (r < 0) {
+                init_log("protocol error from the agent: %s", why);
+                return -1;
+        }
+        return 0;
+}
+
+/* --- shepherds and pipes --------------------------------------------------------------- */
+
+static bool past_grace(const exec *e, int64_t now)
+{
+        return e->exited && now >= e->exit_ms + EXIT_GRACE_MS;
+}
+
+/* One read from a pipe into one Output frame, within the credit. Returns the bytes read, 0 at
+ * EOF (the pipe is closed), -1 when it is empty. */
+static ssize_t exec_read_pipe(exec *e, int stream, int64_t now)
+{
+        Compute__Spawner__V1__SpawnerFrame f = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__INIT;
+        Compute__Spawner__V1__Output o = COMPUTE__SPAWNER__V1__OUTPUT__INIT;
+        size_t want = e->credit < SPAWN_MAX_DATA ? (size_t)e->credit : SPAWN_MAX_DATA;
+        ssize_t n;
+
+        if (want == 0)
+                return -1;
+        do
+                n = read(e->out[stream], S.chunk, want);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EAGAIN)
+                return -1;
+        if (n <= 0) {
+                close_fd(&e->out[stream]);
+                return 0;
+        }
+        e->credit -= (uint64_t)n;
+        f.exec_id = e->id;
+        f.kind_case = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_OUTPUT;
+        f.output = &o;
+        o.stream = (uint32_t)stream + 1;
+        o.data.data = S.chunk;
+        o.data.len = (size_t)n;
+        send_frame(&f);
+        if (past_grace(e, now)) {
+                e->late[stream] += (size_t)n;
+                if (e->late[stream] >= LATE_MAX)
+                        close_fd(&e->out[stream]);
+        }
+        return n;
+}
+
+/* Once the command exited: FINISH when both pipes reached EOF, or once the grace is over and
+ * the pipes are empty (a background process keeps them open). While the agent grants no
+ * credit, the output left in the pipes is the client's: keep waiting for it. */
+static void exec_maybe_finish(exec *e, int64_t now)
+{
+        shep_msg m = { .op = SHEP_FINISH };
+
+        if (!e->exited || e->finishing || e->ctl < 0)
+                return;
+        for (int s = 0; s < 2; s++) {
+                if (e->out[s] < 0)
+                        continue;
+                if (!past_grace(e, now) || e->credit == 0 || S.queued >= QUEUE_SOFT)
+                        return;
+                if (exec_read_pipe(e, s, now) < 0)
+                        close_fd(&e->out[s]);
+        }
+        if (e->out[0] >= 0 || e->out[1] >= 0)
+                return;
+        e->finishing = true;
+        if (send(e->ctl, &m, sizeof(m), MSG_NOSIGNAL) < 0)
+                exec_drop(e);
+}
+
+static void exec_ctl(exec *e, int64_t now)
+{
+        Compute__Spawner__V1__SpawnerFrame f = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__INIT;
+        Compute__Spawner__V1__Started st = COMPUTE__SPAWNER__V1__STARTED__INIT;
+        shep_msg m;
+        ssize_t n;
+
+        do
+                n = recv(e->ctl, &m, sizeof(m), MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EAGAIN)
+                return;
+        if (n != (ssize_t)sizeof(m)) {
+                /* The shepherd died without a word (killed from inside the sandbox). */
+                init_log("exec %llu: its shepherd went away", (unsigned long long)e->id);
+                send_exited(e->id, e->exited ? e->status : SIGKILL, NULL, NULL, 0);
+                exec_drop(e);
+                return;
+        }
+        switch (m.op) {
+        case SHEP_STARTED:
+                f.exec_id = e->id;
+                f.kind_case = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_STARTED;
+                f.started = &st;
+                st.pid = m.a;
+                send_frame(&f);
+                e->started = true;
+                break;
+        case SHEP_FAILED:
+                /* Output first: there is none, the command never ran. */
+                start_error(e->id, e->argv0, e->cwd, m.a, m.b);
+                exec_drop(e);
+                break;
+        case SHEP_EXITED:
+                e->exited = true;
+                e->exit_ms = now;
+                e->status = m.a;
+                break;
+        case SHEP_DONE:
+                send_exited(e->id, m.a, &m, NULL, 0);
+                exec_drop(e);
+                break;
+        default:
+                break;
+        }
+}
+
+/* Reaps shepherds (and only them: the spawner's children are shepherds). */
+static void reap_children(void)
+{
+        struct signalfd_siginfo si;
+        pid_t p;
+
+        while (read(S.sfd, &si, sizeof(si)) > 0)
+                ;
+        while ((p = waitpid(-1, NULL, WNOHANG)) > 0)
+                if (S.live_children > 0)
+                        S.live_children--;
+}
+
+/* --- connection ------------------------------------------------------------------------ */
+
+static void conn_drop(void)
+{
+        for (size_t i = 0; i < S.n_execs; i++)
+                exec_drop(S.execs[i]);
+        execs_sweep();
+        queue_clear();
+        spawn_reader_free(&S.reader);
+        close_fd(&S.conn);
+}
+
+static int conn_open(void)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd;
+
+        if (strlen(S.path) >= sizeof(sa.sun_path)) {
+                errno = ENAMETOOLONG;
+                return -1;
+        }
+        strcpy(sa.sun_path, S.path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -1;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int e = errno;
+
+                close(fd);
+                errno = e;
+                return -1;
+        }
+        return fd;
+}
+
+static void send_hello(void)
+{
+        Compute__Spawner__V1__SpawnerFrame f = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__INIT;
+        Compute__Spawner__V1__Hello h = COMPUTE__SPAWNER__V1__HELLO__INIT;
+
+        f.kind_case = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_HELLO;
+        f.hello = &h;
+        h.protocol = SPAWN_PROTOCOL;
+        h.version = (char *)INIT_VERSION;
+        h.pid = getpid();
+        h.running = S.live_children;
+        send_frame(&f);
+}
+
+/* Connects, with a backoff from 10 ms to 1 s while the agent is away; reaps meanwhile. */
+static void connect_loop(void)
+{
+        int backoff = BACKOFF_MIN_MS, last_errno = 0;
+
+        for (;;) {
+                struct pollfd p = { .fd = S.sfd, .events = POLLIN };
+
+                S.conn = conn_open();
+                if (S.conn >= 0)
+                        break;
+                if (errno != last_errno)
+                        init_log("cannot connect to %s: %s (retrying)", S.path, strerror(errno));
+                last_errno = errno;
+                if (poll(&p, 1, backoff) > 0)
+                        reap_children();
+                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        }
+        spawn_reader_init(&S.reader, SPAWN_MAX_AGENT_FRAME);
+        send_hello();
+}
+
+/* --- the loop -------------------------------------------------------------------------- */
+
+enum {
+        SLOT_CONN,
+        SLOT_SFD,
+        SLOT_FIXED
+};
+
+static void serve(void)
+{
+        static struct pollfd p[SLOT_FIXED + 3 * SPAWNER_MAX_EXECS];
+        static exec *owner[SLOT_FIXED + 3 * SPAWNER_MAX_EXECS];
+        static int what[SLOT_FIXED + 3 * SPAWNER_MAX_EXECS];
+
+        for (;;) {
+                int64_t now = init_now_ms(), timeout = -1;
+                size_t n = SLOT_FIXED;
+                bool drop = false;
+
+                p[SLOT_CONN] = (struct pollfd){ .fd = S.conn,
+                                                .events = (S.queued < QUEUE_HARD ? POLLIN : 0) |
+                                                          (S.head ? POLLOUT : 0) };
+                p[SLOT_SFD] = (struct pollfd){ .fd = S.sfd, .events = POLLIN };
+                for (size_t i = 0; i < S.n_execs; i++) {
+                        exec *e = S.execs[i];
+
+                        if (e->ctl >= 0) {
+                                p[n] = (struct pollfd){ .fd = e->ctl, .events = POLLIN };
+                                owner[n] = e;
+                                what[n++] = -1;
+                        }
+                        for (int s = 0; s < 2; s++) {
+                                if (!e->started || e->out[s] < 0 || e->credit == 0 ||
+                                    S.queued >= QUEUE_SOFT)
+                                        continue;
+                                p[n] = (struct pollfd){ .fd = e->out[s], .events = POLLIN };
+                                owner[n] = e;
+                                what[n++] = s;
+                        }
+                        if (e->exited && !e->finishing) {
+                                int64_t left = e->exit_ms + EXIT_GRACE_MS - now;
+
+                                if (left < 0)
+                                        left = 0;
+                                if (timeout < 0 || left < timeout)
+                                        timeout = left;
+                        }
+                }
+                if (poll(p, n, (int)timeout) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        init_log("poll: %s", strerror(errno));
+                        exit(1);
+                }
+                now = init_now_ms();
+                if (p[SLOT_SFD].revents)
+                        reap_children();
+                if (p[SLOT_CONN].revents & (POLLIN | POLLHUP | POLLERR))
+                        drop = conn_read() < 0;
+                for (size_t i = SLOT_FIXED; i < n && !drop; i++) {
+                        exec *e = owner[i];
+
+                        if (!p[i].revents || e->gone)
+                                continue;
+                        if (what[i] < 0)
+                                exec_ctl(e, now);
+                        else if (e->out[what[i]] == p[i].fd)
+                                exec_read_pipe(e, what[i], now);
+                }
+                for (size_t i = 0; i < S.n_execs && !drop; i++)
+                        if (!S.execs[i]->gone)
+                                exec_maybe_finish(S.execs[i], now);
+                execs_sweep();
+                if (!drop && S.head && queue_flush() < 0)
+                        drop = true;
+                if (drop) {
+                        init_log("connection to the agent ended; %zu exec(s) killed", S.n_execs);
+                        return;
+                }
+        }
+}
+
+_Noreturn void spawner_main(const char *path)
+{
+        sigset_t chld;
+
+        S.path = path;
+        signal(SIGPIPE, SIG_IGN);
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        if (sigprocmask(SIG_SETMASK, &chld, NULL) < 0 ||
+            (S.sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+                init_log("signalfd: %s", strerror(errno));
+                exit(1);
+        }
+        for (;;) {
+                connect_loop();
+                serve();
+                conn_drop();
+        }
+}
