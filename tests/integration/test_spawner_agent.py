@@ -66,7 +66,8 @@ class SpawnerAgentTest(unittest.TestCase):
             if cmd != "sleep":
                 continue
             r = self.runsc("exec", "cs-" + sid, "cat", f"/proc/{pid}/cmdline")
-            found.append(r.stdout.replace("\0", " ").strip() or f"sleep (pid {pid})")
+            # Unreadable (it ended meanwhile, or the read failed): counted until it is gone.
+            found.append(r.stdout.replace("\0", " ").strip() or f"sleep 100? (pid {pid})")
         return found
 
     def wait_no_survivors(self, sid, within_s=15):
@@ -243,7 +244,8 @@ class SpawnerAgentTest(unittest.TestCase):
         self.c.exec(sid, "true")  # its spawner has connected
         pid = self.spawner_pid(sid)
         hellos = self.hellos(sid)
-        fut, _ = self.start_exec(sid, "sh", "-c", "echo started; sleep 1003")
+        fut, _ = self.start_exec(
+            sid, "sh", "-c", "setsid sleep 1001 & (sleep 1002 &); echo started; sleep 1003")
         self.wait_sleeping(sid)
         r = self.runsc("kill", "--pid", str(pid), "cs-" + sid, "KILL")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -270,7 +272,8 @@ class SpawnerAgentTest(unittest.TestCase):
         connection drops, and serves the sandbox again once the new agent listens."""
         sid = self.agent.new_sandbox()
         self.c.exec(sid, "true")
-        fut, _ = self.start_exec(sid, "sh", "-c", "echo started; sleep 1003")
+        fut, _ = self.start_exec(
+            sid, "sh", "-c", "setsid sleep 1001 & (sleep 1002 &); echo started; sleep 1003")
         self.wait_sleeping(sid)
         self.agent.stop(signal.SIGKILL)
         res = fut.result(timeout=60)
