@@ -517,7 +517,7 @@ static int exec_spawner(sb_registry *reg, runtime *rt, sandbox *sb, spawn_link *
         usage_metrics ignored;
         int64_t start;
         sb_window *w;
-        bool oom;
+        bool oom, shared;
         int r;
 
         build_vectors(req, &argv, &env);
@@ -543,6 +543,7 @@ static int exec_spawner(sb_registry *reg, runtime *rt, sandbox *sb, spawn_link *
         }
         ret->path = "spawner";
         ret->wall_ms = cs_now_monotonic_ms() - start;
+        shared = sb_window_shared(reg, w);
         sb_window_end(reg, sb, w, &ret->usage, &oom);
         if (r < 0 && oom) {
                 /* The kernel's OOM killer took the sentry, and the spawner with it: the
@@ -564,10 +565,12 @@ static int exec_spawner(sb_registry *reg, runtime *rt, sandbox *sb, spawn_link *
                                 &ignored_err) < 0)
                         cs_error_free(ignored_err);
         }
-        /* The command tree's own CPU time, not the sandbox's over the window: another exec
-         * running meanwhile is not counted here. The spawner is the sandbox's, so its figure
-         * is capped by what the sandbox's cgroup measured over the window. */
-        {
+        /* Alone in its sandbox, the exec's CPU time is the sandbox's over its window (as
+         * through runsc exec: gVisor's own work for the command included). Alongside another
+         * exec, that figure holds the other's too: the command tree's own CPU time (its
+         * rusage) is taken instead, capped by the window's, since the spawner is the
+         * sandbox's and its figure is the sandbox's word. */
+        if (shared) {
                 uint64_t own = (sr.exited.user_us + sr.exited.system_us) / 1000;
                 if (own < ret->usage.cpu_ms)
                         ret->usage.cpu_ms = own;

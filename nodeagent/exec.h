@@ -15,9 +15,10 @@
  *
  * Two paths, one contract: the sandbox's resident spawner (spawner_exec.h) when it is
  * connected, `runsc exec` (the runtime's exec) when it is not: a sandbox made before the
- * spawner or with --spawner=off, a spawner that died or has not connected yet. A command the
- * spawner ran reports its own tree's CPU time (rusage) as cpu_ms, so two execs at once in one
- * sandbox are told apart; through the runtime cpu_ms is the sandbox's over the window. */
+ * spawner or with --spawner=off, a spawner that died or has not connected yet. cpu_ms is the
+ * sandbox's over the window, except for a command the spawner ran while another exec ran in
+ * the sandbox too: its own tree's CPU time (rusage, capped by the window's), so two execs at
+ * once in one sandbox are told apart. */
 #pragma once
 
 #include <stdbool.h>

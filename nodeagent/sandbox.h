@@ -170,6 +170,9 @@ void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t wri
  * peak and average from the samples taken meanwhile. */
 typedef struct sb_window sb_window;
 sb_window *sb_window_begin(sb_registry *reg, sandbox *sb);
+/* Whether another exec's window was open at some time during w (call before its end): the
+ * sandbox's counters over w then hold that exec's use too. */
+bool sb_window_shared(sb_registry *reg, sb_window *w);
 /* Ends the window and fills *ret; *ret_oom tells whether the cgroup saw an OOM kill in it. */
 void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *ret, bool *ret_oom);
 

@@ -69,6 +69,7 @@ struct sb_window {
         uint64_t disk_read, disk_written, net_rx, net_tx;
         uint64_t mem_sum, mem_n, mem_max;
         bool peak_reset; /* the kernel high-water mark was reset for this window */
+        bool shared;     /* another exec's window was open at some time during this one */
 };
 
 struct sandbox {
