@@ -668,12 +668,9 @@ int spawn_mgr_listen(spawn_mgr *m, const char *key, const char *dir, cs_error **
         struct epoll_event ev = { .events = EPOLLIN };
         struct stat st;
         endpoint *ep, *old;
+        _cleanup_close_ int dfd = -1;
         int fd;
 
-        if (strlen(sock) >= sizeof(addr.sun_path))
-                return cs_error_set(err, GRPC_STATUS_INTERNAL,
-                                    "the spawner socket path is too long (%zu bytes)",
-                                    strlen(sock));
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
                 return cs_error_errno(err, errno, "cannot make the spawner directory");
         /* Ours and only ours: the sandbox reaches it through a bind mount, nobody else. */
@@ -682,7 +679,17 @@ int spawn_mgr_listen(spawn_mgr *m, const char *key, const char *dir, cs_error **
                                     "the spawner directory is not a directory of the agent");
         if ((st.st_mode & 07777) != 0700 && chmod(dir, 0700) < 0)
                 return cs_error_errno(err, errno, "cannot make the spawner directory private");
-        memcpy(addr.sun_path, sock, strlen(sock) + 1);
+        /* A socket path holds 107 bytes: a longer one (a deep --state-dir) is reached through
+         * the directory's fd. */
+        if (strlen(sock) < sizeof(addr.sun_path)) {
+                memcpy(addr.sun_path, sock, strlen(sock) + 1);
+        } else {
+                dfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (dfd < 0)
+                        return cs_error_errno(err, errno, "cannot open the spawner directory");
+                snprintf(addr.sun_path, sizeof(addr.sun_path), "/proc/self/fd/%d/%s", dfd,
+                         SPAWN_SOCKET_NAME);
+        }
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return cs_error_errno(err, errno, "cannot make the spawner socket");

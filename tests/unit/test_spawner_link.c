@@ -703,6 +703,32 @@ static void test_first_connect_wait(void **state)
         fake_stop(&fk);
 }
 
+/* A socket directory deeper than a socket path can name (107 bytes) still serves. */
+static void test_long_path(void **state)
+{
+        fixture *fx = *state;
+        char dir[300], cwd[256];
+        cs_error *err = NULL;
+        fake fk;
+        spawn_link *l;
+        collect c = { 0 };
+        spawn_run_result res;
+
+        snprintf(dir, sizeof(dir), "%s/%0120d", fx->dir, 0);
+        assert_int_equal(spawn_mgr_listen(fx->m, "deep", dir, &err), 0);
+        /* The fake connects by a relative path, from the directory. */
+        assert_non_null(getcwd(cwd, sizeof(cwd)));
+        assert_int_equal(chdir(dir), 0);
+        fake_start(&fk, ".", FAKE_NORMAL);
+        l = wait_link(fx->m, "deep");
+        assert_int_equal(chdir(cwd), 0);
+        assert_int_equal(run(l, &c, -1, 10000, 1000, &res, &err), 1);
+        assert_int_equal(res.exited.exit_code, 3);
+        spawn_link_unref(l);
+        fake_stop(&fk);
+        spawn_mgr_forget(fx->m, "deep");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -721,6 +747,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_reconnect, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_forget_mid_exec, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_first_connect_wait, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_long_path, setup, teardown),
         };
 
         signal(SIGPIPE, SIG_IGN);
