@@ -11,7 +11,14 @@
  * process it started the grace later (kill_grace_ms, EXEC_KILL_GRACE_MS by default) if it
  * still runs, exit_code -1.
  *
- * Usage: the sandbox's accounting over the exec's window (sandbox.h). */
+ * Usage: the sandbox's accounting over the exec's window (sandbox.h).
+ *
+ * Two paths, one contract: the sandbox's resident spawner (spawner_exec.h) when it is
+ * connected, `runsc exec` (the runtime's exec) when it is not: a sandbox made before the
+ * spawner or with --spawner=off, a spawner that died or has not connected yet. cpu_ms is the
+ * sandbox's over the window, except for a command the spawner ran while another exec ran in
+ * the sandbox too: its own tree's CPU time (rusage, capped by the window's), so two execs at
+ * once in one sandbox are told apart. */
 #pragma once
 
 #include <stdbool.h>
@@ -46,6 +53,8 @@ typedef struct exec_result {
         bool cancelled, timed_out, oom_killed;
         int64_t wall_ms;
         usage_metrics usage;
+        const char *path;   /* "spawner" or "runsc exec": which path served it */
+        char fallback[160]; /* why the spawner did not serve it ("" if it did, or is off) */
 } exec_result;
 
 enum {

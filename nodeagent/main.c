@@ -10,6 +10,7 @@
  * bundle and serves exec, file I/O and usage for it the same way. It keeps no records: a
  * restarted agent finds everything again from the runsc root. */
 #include <inttypes.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include "seccomp_filter.h"
 #include "service.h"
 #include "source.h"
+#include "spawner_link.h"
 #include "signals.h"
 #include "util.h"
 
@@ -40,7 +42,8 @@ static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *h
 static char *pod_namespaces, *volume_root, *listen_group, *capabilities;
 static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
 static int64_t cpu_overcommit_pct, memory_overcommit_pct;
-static bool workspace_volumes;
+static bool workspace_volumes, spawner_on;
+static char *spawner_binary;
 
 /* What the agent keeps by default: measured (docs/security.md, "Privileges"). */
 #define AGENT_CAPABILITIES "chown,dac_override,fowner,fsetid,setgid,setuid,sys_admin,setfcap"
@@ -139,6 +142,19 @@ static const cs_option options[] = {
           "fails with EAGAIN and the sandbox goes on. Local mode also caps the sandbox's host "
           "tasks (cgroup pids.max) at 4x this + 256, the node's last line. 0: no limit.",
           &max_processes, 0, 1048576 },
+        { "spawner", "COMPUTE_SPAWNER", CS_OPT_BOOL, "on",
+          "Local mode: the resident exec path. Each new sandbox runs compute-init "
+          "(--spawner-binary) as its init, which connects to a socket of the agent in the "
+          "sandbox's directory (runsc --host-uds=open) and starts commands on request; an exec "
+          "goes through it while it is connected and through `runsc exec` otherwise (a sandbox "
+          "made without it, a spawner that died or has not connected yet). off: every sandbox "
+          "gets the plain init and every exec `runsc exec`.",
+          &spawner_on, 0, 0 },
+        { "spawner-binary", "COMPUTE_SPAWNER_BINARY", CS_OPT_STRING, "",
+          "The compute-init binary (static) bind-mounted read-only into each sandbox. Empty: "
+          "compute-init next to the agent's own executable. Missing: the spawner is off (a "
+          "warning says so).",
+          &spawner_binary, 0, 0 },
         { "node-name", "COMPUTE_NODE_NAME", CS_OPT_STRING, "",
           "Name this node reports (default: the host name; in kube mode the DaemonSet sets it "
           "to the Kubernetes node name, spec.nodeName).",
@@ -229,6 +245,8 @@ typedef struct agent {
         sb_registry *reg;
         source *src; /* where sandboxes come from: picked once, here */
         char *runtime_version;
+        spawn_mgr *spawner;   /* the resident exec path's connections; NULL: off */
+        char *spawner_binary; /* compute-init, resolved */
         na_capacity capacity; /* the node's, read once: GetAgentInfo and admission control */
         char hostname[256];
 } agent;
@@ -251,6 +269,52 @@ static kube_finder *kube_finder_for(runtime *rt)
                            .volume_root = volume_root };
 
         return kube_finder_new(&kc);
+}
+
+/* compute-init: --spawner-binary, or next to this executable. */
+static char *spawner_binary_path(void)
+{
+        char self[PATH_MAX];
+        ssize_t n;
+        char *slash;
+
+        if (spawner_binary[0])
+                return cs_xstrdup(spawner_binary);
+        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n <= 0)
+                return NULL;
+        self[n] = 0;
+        slash = strrchr(self, '/');
+        if (!slash)
+                return NULL;
+        *slash = 0;
+        return cs_xasprintf("%s/compute-init", self);
+}
+
+/* The resident exec path (local mode), when --spawner is on and compute-init is there. */
+static int spawner_open(agent *a, cs_error **err)
+{
+        _cleanup_free_ char *path = NULL;
+
+        if (!spawner_on) {
+                log_info("spawner: off (--spawner=off): every exec goes through runsc exec");
+                return 0;
+        }
+        path = spawner_binary_path();
+        if (!path || path[0] != '/' || access(path, X_OK) < 0) {
+                log_warn("spawner: off: no compute-init at %s (--spawner-binary); every exec goes "
+                         "through runsc exec",
+                         path ? path : "(unknown)");
+                return 0;
+        }
+        a->spawner = spawn_mgr_new(registry_log, err);
+        if (!a->spawner)
+                return -1;
+        a->spawner_binary = TAKE_PTR(path);
+        log_info("spawner: on (%s): new sandboxes get the resident exec path; runsc exec when "
+                 "a sandbox's spawner is not connected",
+                 a->spawner_binary);
+        return 0;
 }
 
 static int agent_open(agent *a, cs_error **err)
@@ -299,6 +363,10 @@ static int agent_open(agent *a, cs_error **err)
                 log_info("kube mode: pods of namespaces %s under the runsc root %s, container "
                          "'%s', volumes under %s, host root '%s'",
                          pod_namespaces, rc.root, container_name, volume_root, host_root);
+        if (!kube && spawner_open(a, err) < 0)
+                return -1;
+        sc.spawner = a->spawner;
+        sc.spawner_binary = a->spawner_binary;
         if (sb_registry_open(&sc, a->rt, &a->cg, registry_log, &a->reg, err) < 0)
                 return -1;
         a->src = kube ? source_kube_new(kube_finder_for(a->rt), a->reg, a->rt)
@@ -310,6 +378,10 @@ static void agent_close(agent *a)
 {
         source_free(a->src);
         sb_registry_free(a->reg);
+        /* After the registry: no exec runs any more; the spawners see their connections
+         * drop and kill what they still run. */
+        spawn_mgr_free(a->spawner);
+        free(a->spawner_binary);
         if (a->rt)
                 a->rt->ops->free(a->rt);
         cgroup_fs_free(&a->cg);
@@ -329,6 +401,7 @@ static int agent_register(agent *a, rpc_server *srv, cs_error **err)
                 .started_at_ms = cs_now_realtime_ms(),
                 .cpu_millis_capacity = a->capacity.cpu_millis,
                 .memory_bytes_capacity = a->capacity.memory_bytes,
+                .spawner_enabled = a->spawner != NULL,
         };
 
         /* Named to no client (service.c); the strings live as long as the flags. */

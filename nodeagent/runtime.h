@@ -29,7 +29,17 @@ typedef struct rt_sandbox_spec {
         const char *hostname;
         uint32_t cpu_millis;
         uint64_t memory_bytes;
+        /* The resident exec path; both NULL: the sandbox's init is a shell loop. Otherwise
+         * init_binary (compute-init, static) is bind-mounted read-only at RT_INIT_PATH and
+         * runs as the init, spawner_dir (a host directory of the agent's, 0700) is mounted
+         * read-only at RT_SPAWNER_DIR, and the sandbox may connect to host sockets in its
+         * mounts (runsc --host-uds=open): the one socket there is the agent's listener. */
+        const char *init_binary;
+        const char *spawner_dir;
 } rt_sandbox_spec;
+
+#define RT_INIT_PATH   "/.compute/bin/compute-init"
+#define RT_SPAWNER_DIR "/.compute/run"
 
 typedef struct rt_exec_spec {
         const char *container_id;

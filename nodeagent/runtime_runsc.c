@@ -78,10 +78,14 @@ static json_t *strings_json(const char *const *s)
         return a;
 }
 
-/* The sandbox's init: stays up, reaps orphans (it is pid 1) and exits on SIGTERM. */
+/* The sandbox's init without the resident exec path: stays up, reaps orphans (it is pid 1)
+ * and exits on SIGTERM. */
 static const char *const init_args[] = {
         "/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done", NULL
 };
+/* With it: compute-init, which is an init too and connects out to the agent's socket. */
+static const char *const spawner_init_args[] = { RT_INIT_PATH, "--socket",
+                                                 RT_SPAWNER_DIR "/spawner.sock", NULL };
 static const char *const caps[] = { "CAP_CHOWN",
                                     "CAP_DAC_OVERRIDE",
                                     "CAP_FOWNER",
@@ -115,17 +119,23 @@ static json_t *bundle_config(const runsc *rs, const rt_sandbox_spec *s)
         static const char *const nosuid[] = { "nosuid", "strictatime", "mode=755", "size=65536k",
                                               NULL };
         static const char *const rw_bind[] = { "rbind", "rw", NULL };
+        /* compute-init must be executable; nothing in the socket directory is. Both are
+         * read-only: the sandbox can neither replace the binary nor unlink or replace the
+         * agent's socket (connect(2) works on a read-only mount: measured, docs/security.md). */
+        static const char *const init_bind[] = { "rbind", "ro", "nosuid", "nodev", NULL };
+        static const char *const run_bind[] = { "rbind", "ro", "nosuid", "nodev", "noexec", NULL };
+        bool spawner = s->init_binary && s->spawner_dir;
         static const char *const env[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:"
                                            "/usr/bin:/sbin:/bin",
                                            "HOME=/root", NULL };
         json_t *capset = json_pack("{s:o, s:o, s:o, s:o}", "bounding", strings_json(caps),
                                    "effective", strings_json(caps), "permitted", strings_json(caps),
                                    "ambient", json_array());
-        json_t *process =
-                json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b, s:o}", "terminal", 0,
-                          "user", "uid", 0, "gid", 0, "args", strings_json(init_args), "env",
-                          strings_json(env), "cwd", "/", "capabilities", capset, "noNewPrivileges",
-                          1, "rlimits", rlimits_json(rs->max_processes));
+        json_t *process = json_pack(
+                "{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b, s:o}", "terminal", 0, "user", "uid",
+                0, "gid", 0, "args", strings_json(spawner ? spawner_init_args : init_args), "env",
+                strings_json(env), "cwd", "/", "capabilities", capset, "noNewPrivileges", 1,
+                "rlimits", rlimits_json(rs->max_processes));
         json_t *mounts = json_array();
         json_t *namespaces = json_array();
         static const char *const ns[] = { "pid", "network", "ipc", "uts", "mount", NULL };
@@ -135,6 +145,12 @@ static json_t *bundle_config(const runsc *rs, const rt_sandbox_spec *s)
         json_array_append_new(mounts, mount_json("/dev", "tmpfs", "tmpfs", nosuid));
         json_array_append_new(mounts, mount_json("/sys", "sysfs", "sysfs", ro_nosuid));
         json_array_append_new(mounts, mount_json(s->mount_path, "bind", s->workspace_dir, rw_bind));
+        if (spawner) {
+                json_array_append_new(mounts,
+                                      mount_json(RT_INIT_PATH, "bind", s->init_binary, init_bind));
+                json_array_append_new(mounts,
+                                      mount_json(RT_SPAWNER_DIR, "bind", s->spawner_dir, run_bind));
+        }
         for (const char *const *n = ns; *n; n++)
                 json_array_append_new(namespaces, json_pack("{s:s}", "type", *n));
         resources = json_pack("{s:{s:I, s:I}, s:{s:I}}", "cpu", "quota",
@@ -208,19 +224,26 @@ static int runsc_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid
                  * shared by sandboxes, is never written. The OCI root is not "readonly": that
                  * would make the overlay read-only too. (Not --overlay: it would overlay the
                  * workspace bind mount as well, and its writes would never reach the host.) */
-                const char *args[] = { network,
-                                       "--overlay2=root:memory",
-                                       "run",
-                                       "-detach",
-                                       "-pid-file",
-                                       pid_file,
-                                       "-bundle",
-                                       spec->bundle_dir,
-                                       spec->container_id,
-                                       NULL };
+                /* --host-uds=open lets the sandbox connect(2) to host sockets in its mounts:
+                 * only with the spawner, whose directory holds the one such socket (the
+                 * image is a directory of images_dir, the workspace refuses sockets). */
+                const char *args[12];
                 const char *argv[RUNSC_MAX_ARGS];
                 _cleanup_free_ char *log = cs_xasprintf("%s/runsc.log", spec->bundle_dir);
+                size_t n = 0;
 
+                args[n++] = network;
+                args[n++] = "--overlay2=root:memory";
+                if (spec->init_binary && spec->spawner_dir)
+                        args[n++] = "--host-uds=open";
+                args[n++] = "run";
+                args[n++] = "-detach";
+                args[n++] = "-pid-file";
+                args[n++] = pid_file;
+                args[n++] = "-bundle";
+                args[n++] = spec->bundle_dir;
+                args[n++] = spec->container_id;
+                args[n] = NULL;
                 /* The sandbox's daemons inherit stdout/stderr: a file, not our pipes. */
                 runsc_argv(rs, argv, args);
                 unlink(pid_file);

@@ -25,6 +25,7 @@
 #include "image.h"
 #include "path.h"
 #include "quantity.h"
+#include "spawner_link.h"
 #include "util.h"
 #include "uuid.h"
 #include "volume.h"
@@ -275,6 +276,32 @@ typedef struct starter {
         sandbox *sb;
 } starter;
 
+/* The resident exec path of a new sandbox: its spawner's listener, bound before the container
+ * starts so that compute-init finds it at once. Returns the socket's directory, or NULL when
+ * the spawner is off or the listener cannot be made (the sandbox then gets the plain init
+ * and every exec goes through the runtime). */
+char *sandbox_spawner_listen(sb_registry *reg, sandbox *sb)
+{
+        _cleanup_free_ char *dir = NULL;
+        cs_error *err = NULL;
+
+        if (!reg->cfg.spawner || reg->cfg.kube)
+                return NULL;
+        dir = cs_xasprintf("%s/" SB_SPAWNER_DIR, sb->dir);
+        if (spawn_mgr_listen(reg->cfg.spawner, sb->container_id, dir, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "no resident exec path for this sandbox: %s",
+                            err->msg);
+                cs_error_free(err);
+                return NULL;
+        }
+        return TAKE_PTR(dir);
+}
+
+struct spawn_mgr *sb_registry_spawner(sb_registry *reg)
+{
+        return reg->cfg.spawner;
+}
+
 /* Runs the container's creation off the caller's thread: CreateSandbox returns at once. */
 static void *starter_main(void *arg)
 {
@@ -282,7 +309,7 @@ static void *starter_main(void *arg)
         sb_registry *reg = st->reg;
         sandbox *sb = st->sb;
         rt_sandbox_spec spec;
-        _cleanup_free_ char *rootfs = NULL;
+        _cleanup_free_ char *rootfs = NULL, *spawner_dir = NULL;
         cs_error *err = NULL;
         pid_t pid = 0;
         bool gone;
@@ -290,6 +317,7 @@ static void *starter_main(void *arg)
 
         free(st);
         rootfs = cs_xasprintf("%s/%s", reg->images_dir, sb->image);
+        spawner_dir = sandbox_spawner_listen(reg, sb);
         spec = (rt_sandbox_spec){ .container_id = sb->container_id,
                                   .bundle_dir = sb->bundle_dir,
                                   .rootfs = rootfs,
@@ -298,7 +326,9 @@ static void *starter_main(void *arg)
                                   .cgroup_path = sb->cgroup_path,
                                   .hostname = "sandbox",
                                   .cpu_millis = sb->cpu_millis,
-                                  .memory_bytes = sb->memory_bytes };
+                                  .memory_bytes = sb->memory_bytes,
+                                  .init_binary = spawner_dir ? reg->cfg.spawner_binary : NULL,
+                                  .spawner_dir = spawner_dir };
         cgroup_limits limits = { .cpu_millis = sb->cpu_millis,
                                  .memory_bytes = sb->memory_bytes,
                                  .pids_max = reg->cfg.pids_max };
@@ -328,6 +358,8 @@ static void *starter_main(void *arg)
                 cs_error_free(ignored);
                 sandbox_usage_freeze(reg, sb);
                 sandbox_remove_cgroup(reg, sb);
+                if (spawner_dir)
+                        spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
         }
         if (!gone) {
                 if (r < 0) {
@@ -548,6 +580,8 @@ int sb_destroy(sb_registry *reg, const char *id, int64_t grace_ms, sb_info *ret,
                 return cs_error_prefix(err, "cannot destroy sandbox %s", id);
         }
         sandbox_remove_cgroup(reg, sb);
+        if (reg->cfg.spawner)
+                spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
         sandbox_persist(reg, sb);
         sandbox_log(reg, false, sb->id, "sandbox destroyed");
 done:

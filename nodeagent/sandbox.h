@@ -75,6 +75,12 @@ typedef struct sb_config {
                          a plain directory of the state directory's filesystem, unbounded */
         bool kube;    /* kube mode: no records, no creation; sandboxes come from sb_attach and
                          the registry never stops or removes a container */
+        /* The resident exec path (spawner_link.h); NULL: off. Local mode: each new sandbox
+         * runs spawner_binary (compute-init) as its init, connected to a listener of this
+         * manager in <sandbox dir>/spawner; a restarted agent listens again for every running
+         * sandbox that has that directory. */
+        struct spawn_mgr *spawner;
+        const char *spawner_binary;
 } sb_config;
 
 typedef struct sb_registry sb_registry;
@@ -154,6 +160,8 @@ const char *sb_container_id(const sandbox *sb);
 const char *sb_workspace_dir(const sandbox *sb);
 const char *sb_mount_path(const sandbox *sb);
 const char *sb_dir(const sandbox *sb); /* per-sandbox scratch directory on the host */
+/* The registry's spawner manager (sb_config.spawner), NULL when off. */
+struct spawn_mgr *sb_registry_spawner(sb_registry *reg);
 
 /* Counts bytes moved by the agent's own file API (they are workspace disk I/O too) for a
  * sandbox without a volume; a volume's block counters see them already. */
@@ -163,6 +171,9 @@ void sb_count_file_io(sb_registry *reg, sandbox *sb, uint64_t read, uint64_t wri
  * peak and average from the samples taken meanwhile. */
 typedef struct sb_window sb_window;
 sb_window *sb_window_begin(sb_registry *reg, sandbox *sb);
+/* Whether another exec's window was open at some time during w (call before its end): the
+ * sandbox's counters over w then hold that exec's use too. */
+bool sb_window_shared(sb_registry *reg, sb_window *w);
 /* Ends the window and fills *ret; *ret_oom tells whether the cgroup saw an OOM kill in it. */
 void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *ret, bool *ret_oom);
 

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "spawner_link.h"
 #include "util.h"
 #include "volume.h"
 
@@ -106,6 +107,8 @@ static void remove_expired(sb_registry *reg, sandbox *sb)
                             ignored->msg);
                 cs_error_freep(&ignored);
         }
+        if (reg->cfg.spawner)
+                spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
         sandbox_rm_tree(sb->workspace_dir);
         sandbox_rm_tree(sb->dir);
         sandbox_log(reg, false, sb->id, "workspace removed after its grace period");

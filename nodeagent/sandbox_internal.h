@@ -69,6 +69,7 @@ struct sb_window {
         uint64_t disk_read, disk_written, net_rx, net_tx;
         uint64_t mem_sum, mem_n, mem_max;
         bool peak_reset; /* the kernel high-water mark was reset for this window */
+        bool shared;     /* another exec's window was open at some time during this one */
 };
 
 struct sandbox {
@@ -145,6 +146,13 @@ int sandbox_image_check(sb_registry *reg, const char *image, cs_error **err);
 int sandbox_mkdir(const char *path, mode_t mode, cs_error **err); /* EEXIST is fine */
 /* Removes a tree without following symlinks or entering another mount; best effort. */
 void sandbox_rm_tree(const char *path);
+/* The spawner's socket directory, under the sandbox's directory (never the workspace: the
+ * tenant must not reach it). */
+#define SB_SPAWNER_DIR "spawner"
+/* Listens for the sandbox's spawner (local mode, spawner on): returns the socket's directory
+ * (malloc'd), or NULL (off, or it failed: logged) when the sandbox has no resident exec
+ * path. */
+char *sandbox_spawner_listen(sb_registry *reg, sandbox *sb);
 
 /* --- sandbox_record.c ------------------------------------------------------------------ */
 

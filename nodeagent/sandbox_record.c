@@ -18,8 +18,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "spawner_link.h"
 #include "usage_json.h"
 #include "util.h"
 #include "uuid.h"
@@ -242,6 +244,19 @@ static void reattach_volume(sb_registry *reg, sandbox *sb)
         sandbox_log(reg, false, sb->id, "workspace volume mounted again");
 }
 
+/* A running sandbox made with the resident exec path (it has the spawner's directory): its
+ * compute-init lost its connection when the previous agent went and retries; listen again at
+ * the same path so it finds this agent. One made without it keeps using the runtime's exec. */
+static void relisten_spawner(sb_registry *reg, sandbox *sb)
+{
+        _cleanup_free_ char *dir = cs_xasprintf("%s/" SB_SPAWNER_DIR, sb->dir);
+        struct stat st;
+
+        if (!reg->cfg.spawner || lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+                return;
+        free(sandbox_spawner_listen(reg, sb));
+}
+
 static void reconcile_one(sb_registry *reg, sandbox *sb)
 {
         rt_state st = RT_ABSENT;
@@ -275,6 +290,7 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
                 sb->status = SB_READY;
                 sb->host_pid = pid;
                 sandbox_log(reg, false, sb->id, "sandbox found running after restart");
+                relisten_spawner(reg, sb);
                 return;
         }
         sandbox_set_failed_locked(reg, sb, "the container was lost while the agent was down");

@@ -165,11 +165,23 @@ sb_window *sb_window_begin(sb_registry *reg, sandbox *sb)
         w->net_rx = rx;
         w->net_tx = tx;
         window_sample_locked(w, w->start.memory_bytes);
+        for (sb_window *o = sb->windows; o; o = o->next)
+                o->shared = w->shared = true;
         w->next = sb->windows;
         sb->windows = w;
         sb->execs++;
         pthread_mutex_unlock(&reg->lock);
         return w;
+}
+
+bool sb_window_shared(sb_registry *reg, sb_window *w)
+{
+        bool shared;
+
+        pthread_mutex_lock(&reg->lock);
+        shared = w->shared;
+        pthread_mutex_unlock(&reg->lock);
+        return shared;
 }
 
 static uint64_t delta(uint64_t end, uint64_t start)

@@ -138,6 +138,7 @@ static int h_get_agent_info(rpc_call *call, const ProtobufCMessage *req_msg,
         resp->started_at = pb_timestamp(call, svc.started_at_ms);
         resp->cpu_millis_capacity = svc.cpu_millis_capacity;
         resp->memory_bytes_capacity = svc.memory_bytes_capacity;
+        resp->spawner_enabled = svc.spawner_enabled;
         if (svc.src->ops->counts(svc.src, &n, err) < 0)
                 return -1;
         if (n.partial) {
@@ -378,11 +379,17 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                                                : NA_EXEC_EXITED,
                               cs_now_monotonic_ns() - start);
         sb_release(svc.reg, sb);
-        if (r < 0)
+        if (r < 0) {
+                rpc_call_log(call, CS_LOG_DEBUG, "exec %s: failed via %s: %s", req->command,
+                             res.path ? res.path : "spawner", (*err)->msg);
                 return -1;
-        rpc_call_log(call, CS_LOG_DEBUG, "exec %s: exit %d signal %d%s%s%s in %" PRId64 " ms",
+        }
+        rpc_call_log(call, CS_LOG_DEBUG,
+                     "exec %s: exit %d signal %d%s%s%s in %" PRId64 " ms via %s%s%s%s",
                      req->command, res.exit_code, res.signal, res.cancelled ? " cancelled" : "",
-                     res.timed_out ? " timed out" : "", res.oom_killed ? " OOM" : "", res.wall_ms);
+                     res.timed_out ? " timed out" : "", res.oom_killed ? " OOM" : "", res.wall_ms,
+                     res.path, res.fallback[0] ? " (" : "", res.fallback,
+                     res.fallback[0] ? ")" : "");
         /* The last event, always; if the client is gone it fails quietly. */
         return send_completed(call, &res, err);
 }

@@ -1,0 +1,161 @@
+/* The spawner exec backend: see spawner_exec.h.
+ *
+ * Two threads per exec, as in exec.c: the caller's moves output from the exec's queue to the
+ * sink and grants credit back; a terminator owns the deadline and the stop (SIGTERM, the
+ * grace, SIGKILL), and never waits on the sink, which may be blocked on a client that
+ * stopped reading. */
+#include "spawner_exec.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef struct sp_term {
+        spawn_link *l;
+        spawn_exec *e;
+        int64_t deadline, grace_ms;
+        int stop;     /* spawn_stop, atomic: set once */
+        int last_sig; /* atomic */
+        pthread_t thread;
+        bool started;
+} sp_term;
+
+static void term_signal(sp_term *t, int sig)
+{
+        cs_error *err = NULL;
+
+        if (spawn_exec_signal(t->e, sig, &err) < 0)
+                cs_error_free(err); /* the link broke: the exec fails by that */
+        else
+                __atomic_store_n(&t->last_sig, sig, __ATOMIC_SEQ_CST);
+}
+
+static void *term_main(void *arg)
+{
+        sp_term *t = arg;
+
+        for (;;) {
+                if (spawn_exec_wait(t->e, t->deadline))
+                        return NULL;
+                if (__atomic_load_n(&t->stop, __ATOMIC_SEQ_CST) != SPAWN_STOP_NONE)
+                        break;
+                if (cs_now_monotonic_ms() >= t->deadline) {
+                        int none = SPAWN_STOP_NONE;
+                        __atomic_compare_exchange_n(&t->stop, &none, SPAWN_STOP_TIMEOUT, false,
+                                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+                        break;
+                }
+        }
+        term_signal(t, SIGTERM);
+        if (spawn_exec_wait(t->e, cs_now_monotonic_ms() + t->grace_ms))
+                return NULL;
+        term_signal(t, SIGKILL);
+        if (!spawn_exec_wait(t->e, cs_now_monotonic_ms() + SPAWN_KILL_SETTLE_MS))
+                spawn_link_break(t->l, "the spawner did not report an exec's end after its "
+                                       "SIGKILL");
+        return NULL;
+}
+
+static void term_request(sp_term *t, spawn_stop why)
+{
+        int none = SPAWN_STOP_NONE;
+
+        __atomic_compare_exchange_n(&t->stop, &none, why, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+        spawn_exec_poke(t->e);
+}
+
+/* Moves output to the sink until the exec's end. Returns 1 (exited), -1 (failed: *why). */
+static int follow(sp_term *t, const exec_sink *sink, spawn_run_result *ret, char *why,
+                  size_t why_len)
+{
+        bool sink_ok = true;
+        uint32_t owed = 0; /* delivered bytes not granted back yet */
+
+        for (;;) {
+                spawn_event ev;
+
+                spawn_exec_next(t->e, &ev);
+                switch (ev.kind) {
+                case SPAWN_EV_OUTPUT: {
+                        cs_error *err = NULL;
+
+                        if (sink_ok &&
+                            sink->write(sink->userdata, ev.stream, ev.data, ev.len, &err) < 0) {
+                                /* The client is gone: stop the command; its output is
+                                 * drained (credit keeps flowing) and dropped. */
+                                sink_ok = false;
+                                cs_error_free(err);
+                                term_request(t, SPAWN_STOP_CANCEL);
+                        }
+                        owed += (uint32_t)ev.len;
+                        if (owed >= SPAWN_EXEC_REGRANT) {
+                                if (spawn_exec_credit(t->e, owed, &err) < 0)
+                                        cs_error_free(err); /* the failure comes as an event */
+                                owed = 0;
+                        }
+                        break;
+                }
+                case SPAWN_EV_EXITED:
+                        ret->exited = *ev.exited;
+                        return 1;
+                case SPAWN_EV_FAILED:
+                        snprintf(why, why_len, "%s", ev.why);
+                        return -1;
+                case SPAWN_EV_NONE: {
+                        bool stopping =
+                                __atomic_load_n(&t->stop, __ATOMIC_SEQ_CST) != SPAWN_STOP_NONE;
+                        struct pollfd pf[2] = {
+                                { .fd = spawn_exec_fd(t->e), .events = POLLIN },
+                                { .fd = stopping ? -1 : sink->cancel_fd, .events = POLLIN },
+                        };
+
+                        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+                                return snprintf(why, why_len, "poll: %s", strerror(errno)), -1;
+                        if (pf[1].revents)
+                                term_request(t, SPAWN_STOP_CANCEL);
+                        break;
+                }
+                }
+        }
+}
+
+int spawn_run(spawn_link *l, const spawn_run_spec *spec, const exec_sink *sink,
+              spawn_run_result *ret, cs_error **err)
+{
+        sp_term t = { .l = l, .deadline = spec->deadline, .grace_ms = spec->grace_ms };
+        char why[200] = "";
+        bool sent = false;
+        int r;
+
+        *ret = (spawn_run_result){ 0 };
+        if (spawn_exec_start(l, spec->argv, spec->env, spec->cwd, SPAWN_EXEC_WINDOW, &t.e, &sent,
+                             err) < 0)
+                return sent ? -1 : 0;
+        t.started = pthread_create(&t.thread, NULL, term_main, &t) == 0;
+        if (!t.started) {
+                /* Without its terminator the exec could outlive its deadline: stop it now. */
+                cs_error *ignored = NULL;
+                if (spawn_exec_signal(t.e, SIGKILL, &ignored) < 0)
+                        cs_error_free(ignored);
+                spawn_link_break(l, "cannot start an exec's terminator thread");
+        }
+        r = follow(&t, sink, ret, why, sizeof(why));
+        /* The terminator ends once the exec is done (exited or failed, both seen by now). */
+        if (t.started)
+                pthread_join(t.thread, NULL);
+        ret->stop = (spawn_stop)__atomic_load_n(&t.stop, __ATOMIC_SEQ_CST);
+        ret->last_sig = __atomic_load_n(&t.last_sig, __ATOMIC_SEQ_CST);
+        spawn_exec_end(t.e);
+        if (r < 0)
+                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                                    "the sandbox's spawner went away while the command ran (%s); "
+                                    "the command was stopped",
+                                    why);
+        return 1;
+}
