@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "error.h"
+#include "spawner_paths.h"
 
 typedef enum rt_state {
         RT_ABSENT,  /* no such container */
@@ -38,8 +39,8 @@ typedef struct rt_sandbox_spec {
         const char *spawner_dir;
 } rt_sandbox_spec;
 
-#define RT_INIT_PATH   "/.compute/bin/compute-init"
-#define RT_SPAWNER_DIR "/.compute/run"
+#define RT_INIT_PATH   CS_SPAWNER_BIN
+#define RT_SPAWNER_DIR CS_SPAWNER_DIR
 
 typedef struct rt_exec_spec {
         const char *container_id;

@@ -84,8 +84,8 @@ static const char *const init_args[] = {
         "/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done", NULL
 };
 /* With it: compute-init, which is an init too and connects out to the agent's socket. */
-static const char *const spawner_init_args[] = { RT_INIT_PATH, "--socket",
-                                                 RT_SPAWNER_DIR "/spawner.sock", NULL };
+static const char *const spawner_init_args[] = { RT_INIT_PATH, "--socket", CS_SPAWNER_SOCKET,
+                                                 NULL };
 static const char *const caps[] = { "CAP_CHOWN",
                                     "CAP_DAC_OVERRIDE",
                                     "CAP_FOWNER",
