@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "spawner_paths.h"
 #include "util.h"
 
 typedef struct kube_entry {
@@ -379,6 +380,22 @@ char *kube_workspace_dir(kube_finder *kf, const kube_pod *p, const char *mount_p
         const char *src = kb_mount_source(&p->c, mount_path);
 
         return src ? kb_host_path(kf->host_root, src) : NULL;
+}
+
+char *kube_spawner_dir(kube_finder *kf, const kube_pod *p)
+{
+        static const char empty_dir[] = "/volumes/kubernetes.io~empty-dir/";
+        const char *src = kb_mount_source(&p->c, CS_SPAWNER_DIR);
+        _cleanup_free_ char *dir = src ? kb_host_path(kf->host_root, src) : NULL;
+        size_t n = strlen(kf->volume_root);
+
+        /* Only a pod's own emptyDir, beneath the kubelet's volume root: never a hostPath or
+         * anything else a pod spec could point the agent's socket at (no component starts
+         * with a dot: no "..", nothing hidden). */
+        if (!dir || strncmp(dir, kf->volume_root, n) != 0 || dir[n] != '/' ||
+            !strstr(dir + n, empty_dir) || strstr(dir, "/."))
+                return NULL;
+        return TAKE_PTR(dir);
 }
 
 bool kube_namespace_served(kube_finder *kf, const char *ns)

@@ -291,13 +291,24 @@ static char *spawner_binary_path(void)
         return cs_xasprintf("%s/compute-init", self);
 }
 
-/* The resident exec path (local mode), when --spawner is on and compute-init is there. */
-static int spawner_open(agent *a, cs_error **err)
+/* The resident exec path, when --spawner is on: in local mode when compute-init is there; in
+ * kube mode the pods bring compute-init (the frontend's --spawner-image) and the agent listens
+ * in their compute-run emptyDir. */
+static int spawner_open(agent *a, bool kube, cs_error **err)
 {
         _cleanup_free_ char *path = NULL;
 
         if (!spawner_on) {
                 log_info("spawner: off (--spawner=off): every exec goes through runsc exec");
+                return 0;
+        }
+        if (kube) {
+                a->spawner = spawn_mgr_new(registry_log, err);
+                if (!a->spawner)
+                        return -1;
+                log_info("spawner: on: pods that run compute-init get the resident exec path "
+                         "once it connects (the node's runsc needs host-uds=open); runsc exec "
+                         "for the others");
                 return 0;
         }
         path = spawner_binary_path();
@@ -363,7 +374,7 @@ static int agent_open(agent *a, cs_error **err)
                 log_info("kube mode: pods of namespaces %s under the runsc root %s, container "
                          "'%s', volumes under %s, host root '%s'",
                          pod_namespaces, rc.root, container_name, volume_root, host_root);
-        if (!kube && spawner_open(a, err) < 0)
+        if (spawner_open(a, kube, err) < 0)
                 return -1;
         sc.spawner = a->spawner;
         sc.spawner_binary = a->spawner_binary;

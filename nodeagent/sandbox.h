@@ -125,6 +125,8 @@ typedef struct sb_attach_spec {
         const char *container_id;
         const char *mount_path;    /* the workspace as the call names it (part of the key) */
         const char *workspace_dir; /* its host side; "" when the container has no such mount */
+        const char *spawner_dir;   /* host side of its compute-run emptyDir (the resident exec
+                                      path: the agent listens there); "" or NULL: none */
         const char *cgroup_path;   /* where usage is read: the pod cgroup */
         const char *label;         /* the call's sandbox_id (logs, snapshots); "" if none */
         const char *image;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "spawner_link.h"
 #include "util.h"
 
 static char *kube_dir(sb_registry *reg, const char *container_id)
@@ -133,6 +134,33 @@ static void attached_update_locked(sandbox *sb, const sb_attach_spec *spec)
         sb->gone = false;
 }
 
+/* The resident exec path of a pod that runs compute-init: the agent listens in the pod's
+ * compute-run emptyDir, once per entry (a restarted agent listens again: the spawner
+ * reconnects to the new socket). The first exec waits briefly for the spawner's Hello. */
+static void attach_spawner(sb_registry *reg, sandbox *sb, const char *dir)
+{
+        cs_error *err = NULL;
+        bool first, listening = false, connected = false;
+
+        if (!reg->cfg.spawner || !dir || !dir[0])
+                return;
+        /* One listener per container, whichever of its entries (mount paths) made it. */
+        spawn_mgr_status(reg->cfg.spawner, sb->container_id, &listening, &connected);
+        if (listening)
+                return;
+        pthread_mutex_lock(&reg->lock);
+        first = !sb->spawner_tried;
+        sb->spawner_tried = true;
+        pthread_mutex_unlock(&reg->lock);
+        if (!first)
+                return;
+        if (spawn_mgr_listen(reg->cfg.spawner, sb->container_id, dir, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "container %s: no resident exec path: %s",
+                            sb->container_id, err->msg);
+                cs_error_free(err);
+        }
+}
+
 int sb_attach(sb_registry *reg, const sb_attach_spec *spec, sandbox **ret, cs_error **err)
 {
         _cleanup_free_ char *key = NULL;
@@ -157,6 +185,7 @@ int sb_attach(sb_registry *reg, const sb_attach_spec *spec, sandbox **ret, cs_er
                 sb_release(reg, sb);
                 return -1;
         }
+        attach_spawner(reg, sb, spec->spawner_dir);
         *ret = sb;
         return 0;
 }
@@ -230,8 +259,11 @@ void sandbox_attach_forget(sb_registry *reg, sandbox *sb)
         for (sandbox *o = reg->list; o && !shared; o = o->next)
                 shared = o->attached && strcmp(o->container_id, sb->container_id) == 0;
         pthread_mutex_unlock(&reg->lock);
-        if (!shared)
+        if (!shared) {
                 sandbox_rm_tree(sb->dir); /* exec scratch files, if any */
+                if (reg->cfg.spawner)
+                        spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
+        }
         sandbox_log(reg, false, sb->id, "container %s is gone: forgotten", sb->container_id);
         sandbox_free(sb);
 }

@@ -110,7 +110,8 @@ struct sandbox {
         /* Kube mode: a container the kubelet made (sb_attach), keyed by container id and
          * mount path; never persisted, stopped or removed by the registry. */
         bool attached;
-        bool gone; /* the housekeeping found its container gone */
+        bool spawner_tried; /* kube: the agent listened (or tried to) in its compute-run dir */
+        bool gone;          /* the housekeeping found its container gone */
         char *key;
 };
 

@@ -111,6 +111,7 @@ static int attach(source_kube *k, const kube_pod *pod, const char *mount_path, c
                   sandbox **ret, cs_error **err)
 {
         _cleanup_free_ char *ws = kube_workspace_dir(k->kf, pod, mount_path);
+        _cleanup_free_ char *spawner = kube_spawner_dir(k->kf, pod);
         sb_attach_spec spec;
 
         /* One registry entry per container and mount: a mount path the container does not
@@ -124,6 +125,7 @@ static int attach(source_kube *k, const kube_pod *pod, const char *mount_path, c
                 .container_id = pod->container_id,
                 .mount_path = mount_path,
                 .workspace_dir = ws ? ws : "",
+                .spawner_dir = spawner,
                 .cgroup_path = pod->pod_cgroup,
                 .label = label,
                 .image = pod->c.image,
