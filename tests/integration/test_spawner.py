@@ -418,6 +418,21 @@ class SpawnerTest(SpawnerCase):
                   f"({100 * (reported - truth) / truth:+.1f} %)", file=sys.stderr)
             self.assertLess(abs(reported - truth), 0.05 * truth)
 
+    def test_reused_shepherd_reports_each_exec_alone(self):
+        # Shepherds serve one exec after another: the second exec's usage must not carry the
+        # first one's CPU, nor its max RSS.
+        c = self.conn
+        code = ("import time\nb = bytearray(200 << 20)\nt = time.process_time()\n"
+                "while time.process_time() - t < 0.5: pass\n")
+        e1, _, _ = c.run(1, ["/usr/bin/python3", "-c", code])
+        self.assertEqual(e1.exit_code, 0)
+        self.assertGreater(e1.user_us + e1.system_us, 450000)
+        self.assertGreater(e1.max_rss_kib, 200 << 10)
+        for i in range(2, 6):
+            e, _, _ = c.run(i, ["true"])
+            self.assertLess(e.user_us + e.system_us, 100000, i)
+            self.assertLess(e.max_rss_kib, 100 << 10, i)
+
     # --- connection ------------------------------------------------------------------------
 
     def test_connection_drop_kills_execs_and_reconnects(self):
@@ -498,10 +513,18 @@ class InitRoleTest(SpawnerCase):
         c = self.accept()
         self.assertNotEqual(c.hello.pid, first)
         self.assertEqual(c.run(1, ["echo", "x"])[1], b"x\n")
-        # The init itself survives a SIGTERM.
-        os.kill(self.proc.pid, signal.SIGTERM)
+        # The init survives other signals; SIGTERM (the runtime stopping the sandbox) ends it,
+        # its spawner with it (PDEATHSIG), and so the running execs.
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGPIPE):
+            os.kill(self.proc.pid, sig)
         time.sleep(0.2)
         self.assertIsNone(self.proc.poll())
+        c.start(2, ["sleep", "1000"])
+        c.wait(lambda: c.started(2) is not None)
+        os.kill(self.proc.pid, signal.SIGTERM)
+        self.assertEqual(self.proc.wait(5), 0)
+        self.assertTrue(c.closed())
+        self.assertEqual(wait_gone([c.hello.pid, c.started(2)]), [])
 
 
 if __name__ == "__main__":
