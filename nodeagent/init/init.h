@@ -39,7 +39,9 @@ enum {
         SHEP_FINISH,    /* spawner -> shepherd: report the usage and leave */
         SHEP_STARTED,   /* shepherd -> spawner: a = the command's pid */
         SHEP_FAILED,    /* shepherd -> spawner: a = errno, b = what failed (SHEP_AT_*) */
-        SHEP_EXITED,    /* shepherd -> spawner: a = wait status of the command */
+        SHEP_EXITED,    /* shepherd -> spawner: a = wait status of the command; b = 1 when
+                         * nothing of the tree is left: the usage is final, no FINISH follows
+                         * and the shepherd is idle again */
         SHEP_DONE,      /* shepherd -> spawner: a = wait status, usage of the whole tree;
                          * b = 1 when the shepherd is idle again (may take another START) */
 };

@@ -381,8 +381,19 @@ static bool serve_one(int ctl, int sfd)
                                 ;
                         reap_nohang(&r);
                         if (r.exited && !was_exited) {
-                                m = (shep_msg){ .op = SHEP_EXITED, .a = r.status };
+                                /* No child left means no descendant left (any would have
+                                 * reparented to us): the usage is final, and we are idle. */
+                                bool alone = waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD;
+
+                                m = (shep_msg){ .op = SHEP_EXITED,
+                                                .a = r.status,
+                                                .b = alone,
+                                                .user_us = r.user_us,
+                                                .system_us = r.system_us,
+                                                .max_rss_kib = r.max_rss_kib };
                                 send_msg(ctl, &m);
+                                if (alone)
+                                        return true;
                         }
                 }
                 if (!p[0].revents)

@@ -38,7 +38,7 @@
  * POOL_AHEAD (each idle shepherd is a process the sandbox's memory pays for). */
 #define POOL_SIZE      32
 #define POOL_AHEAD     1
-#define POOL_IDLE_MS   30000
+#define POOL_IDLE_MS   10000
 #define BACKOFF_MIN_MS 10
 #define BACKOFF_MAX_MS 1000
 
@@ -65,7 +65,9 @@ typedef struct exec {
         bool gone;      /* to be freed at the end of this loop turn */
         int64_t exit_ms;
         int status;
-        size_t late[2];    /* bytes read from each pipe after the grace */
+        size_t late[2]; /* bytes read from each pipe after the grace */
+        bool alone;     /* the tree ended with the command: usage holds its final figures */
+        shep_msg usage;
         char *argv0, *cwd; /* for a start error's message, cut at its size */
 } exec;
 
@@ -384,7 +386,8 @@ static void exec_signal(exec *e, int signo)
 {
         shep_msg m = { .op = SHEP_SIGNAL, .a = signo };
 
-        if (e->ctl >= 0 && !e->finishing)
+        /* Nothing left to signal once the tree ended (the shepherd is idle then). */
+        if (e->ctl >= 0 && !e->finishing && !e->alone)
                 (void)!send(e->ctl, &m, sizeof(m), MSG_NOSIGNAL);
 }
 
@@ -464,6 +467,16 @@ static int conn_read(void)
 
 /* --- shepherds and pipes --------------------------------------------------------------- */
 
+/* An exec's shepherd, idle again, back to the pool (which saves the next exec a fork), or
+ * ended by closing its ctl when the pool is full. */
+static void pool_return(exec *e)
+{
+        if (e->ctl >= 0 && S.n_pool < POOL_SIZE) {
+                S.pool[S.n_pool++] = (idle_shepherd){ .pid = e->shepherd, .ctl = e->ctl };
+                e->ctl = -1;
+        }
+}
+
 static bool past_grace(const exec *e, int64_t now)
 {
         return e->exited && now >= e->exit_ms + EXIT_GRACE_MS;
@@ -512,7 +525,7 @@ static void exec_maybe_finish(exec *e, int64_t now)
 {
         shep_msg m = { .op = SHEP_FINISH };
 
-        if (!e->exited || e->finishing || e->ctl < 0)
+        if (!e->exited || e->finishing || (e->ctl < 0 && !e->alone))
                 return;
         for (int s = 0; s < 2; s++) {
                 if (e->out[s] < 0)
@@ -524,6 +537,13 @@ static void exec_maybe_finish(exec *e, int64_t now)
         }
         if (e->out[0] >= 0 || e->out[1] >= 0)
                 return;
+        if (e->alone) {
+                /* Nothing to FINISH: the shepherd is idle already. */
+                send_exited(e->id, e->status, &e->usage, NULL, 0);
+                pool_return(e);
+                exec_drop(e);
+                return;
+        }
         e->finishing = true;
         if (send(e->ctl, &m, sizeof(m), MSG_NOSIGNAL) < 0)
                 exec_drop(e);
@@ -541,6 +561,11 @@ static void exec_ctl(exec *e, int64_t now)
         while (n < 0 && errno == EINTR);
         if (n < 0 && errno == EAGAIN)
                 return;
+        if (n != (ssize_t)sizeof(m) && e->alone) {
+                /* An idle shepherd went away (killed): the exec's end is known already. */
+                close_fd(&e->ctl);
+                return;
+        }
         if (n != (ssize_t)sizeof(m)) {
                 /* The shepherd died without a word (killed from inside the sandbox). */
                 init_log("exec %llu: its shepherd went away", (unsigned long long)e->id);
@@ -561,24 +586,23 @@ static void exec_ctl(exec *e, int64_t now)
                 /* Output first: there is none, the command never ran. The shepherd is idle
                  * again after a failed execve (the command's process is reaped). */
                 start_error(e->id, e->argv0, e->cwd, m.a, m.b);
-                if (m.b != SHEP_AT_SETUP && S.n_pool < POOL_SIZE) {
-                        S.pool[S.n_pool++] = (idle_shepherd){ .pid = e->shepherd, .ctl = e->ctl };
-                        e->ctl = -1;
-                }
+                if (m.b != SHEP_AT_SETUP)
+                        pool_return(e);
                 exec_drop(e);
                 break;
         case SHEP_EXITED:
                 e->exited = true;
                 e->exit_ms = now;
                 e->status = m.a;
+                /* The common case: the tree ended with the command, its usage is final and the
+                 * shepherd idle; no FINISH round trip. */
+                e->alone = m.b == 1;
+                e->usage = m;
                 break;
         case SHEP_DONE:
                 send_exited(e->id, m.a, &m, NULL, 0);
-                /* Idle again: back to the pool, which saves the next exec a fork. */
-                if (m.b == 1 && S.n_pool < POOL_SIZE) {
-                        S.pool[S.n_pool++] = (idle_shepherd){ .pid = e->shepherd, .ctl = e->ctl };
-                        e->ctl = -1;
-                }
+                if (m.b == 1)
+                        pool_return(e);
                 exec_drop(e);
                 break;
         default:
