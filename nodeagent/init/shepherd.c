@@ -37,104 +37,105 @@ static void send_msg(int ctl, const shep_msg *m)
         /* A send that fails means the spawner is gone: the next read of ctl says so. */
 }
 
-/* The ppid of `pid` from /proc/<pid>/stat, -1 when it is gone. */
-static pid_t parent_of(int proc_fd, const char *pid)
-{
-        char path[64], buf[512];
-        const char *p;
-        ssize_t n;
-        int fd;
+typedef struct pid_list {
+        pid_t *v;
+        size_t n, cap;
+} pid_list;
 
-        snprintf(path, sizeof(path), "%s/stat", pid);
-        fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -1;
-        do
-                n = read(fd, buf, sizeof(buf) - 1);
-        while (n < 0 && errno == EINTR);
-        close(fd);
-        if (n <= 0)
-                return -1;
-        buf[n] = '\0';
-        /* "pid (comm) state ppid ...": comm may hold anything, so parse after its last ')'. */
-        p = strrchr(buf, ')');
-        if (!p || strlen(p) < 4)
-                return -1;
-        return (pid_t)strtol(p + 4, NULL, 10);
+static int pid_list_add(pid_list *l, pid_t pid)
+{
+        if (l->n == l->cap) {
+                size_t cap = l->cap ? l->cap * 2 : 64;
+                pid_t *v = realloc(l->v, cap * sizeof(*v));
+
+                if (!v)
+                        return -1;
+                l->v = v;
+                l->cap = cap;
+        }
+        l->v[l->n++] = pid;
+        return 0;
 }
 
-typedef struct proc_link {
-        pid_t pid, ppid;
-} proc_link;
-
-/* The pids of every descendant of this process, into *ret (malloc'd); their count, or -1. */
-static ssize_t descendants(pid_t **ret)
+/* Appends the children of every thread of `pid` (/proc/<pid>/task/<tid>/children, which
+ * gVisor and Linux have) to l. A process that is gone has none. */
+static int add_children(pid_list *l, pid_t pid)
 {
-        proc_link *all = NULL;
-        size_t n_all = 0, cap = 0, n_out = 0;
-        pid_t *out;
+        char path[64], buf[4096];
         struct dirent *de;
         DIR *d;
-        bool grew;
 
-        d = opendir("/proc");
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        d = opendir(path);
         if (!d)
-                return -1;
+                return 0;
         while ((de = readdir(d))) {
-                char *end;
-                long pid = strtol(de->d_name, &end, 10);
-                pid_t ppid;
+                size_t carry = 0;
+                ssize_t n;
+                int fd;
 
-                if (*end || pid <= 0)
+                if (de->d_name[0] == '.')
                         continue;
-                ppid = parent_of(dirfd(d), de->d_name);
-                if (ppid < 0)
+                snprintf(path, sizeof(path), "%.20s/children", de->d_name);
+                fd = openat(dirfd(d), path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
                         continue;
-                if (n_all == cap) {
-                        proc_link *more;
+                /* "pid pid pid ": a number may straddle two reads. */
+                while ((n = read(fd, buf + carry, sizeof(buf) - 1 - carry)) > 0) {
+                        char *p = buf, *end = buf + carry + n;
 
-                        cap = cap ? cap * 2 : 256;
-                        more = realloc(all, cap * sizeof(*all));
-                        if (!more) {
-                                free(all);
+                        *end = '\0';
+                        for (;;) {
+                                char *num_end;
+                                long child;
+
+                                while (p < end && *p == ' ')
+                                        p++;
+                                child = strtol(p, &num_end, 10);
+                                if (num_end == p || num_end == end)
+                                        break; /* none, or maybe cut: keep for the next read */
+                                if (child > 0 && pid_list_add(l, (pid_t)child) < 0) {
+                                        close(fd);
+                                        closedir(d);
+                                        return -1;
+                                }
+                                p = num_end;
+                        }
+                        carry = (size_t)(end - p);
+                        memmove(buf, p, carry);
+                }
+                if (carry > 0) {
+                        buf[carry] = '\0';
+                        if (atoi(buf) > 0 && pid_list_add(l, (pid_t)atoi(buf)) < 0) {
+                                close(fd);
                                 closedir(d);
                                 return -1;
                         }
-                        all = more;
                 }
-                all[n_all++] = (proc_link){ (pid_t)pid, ppid };
+                close(fd);
         }
         closedir(d);
+        return 0;
+}
 
-        out = calloc(n_all + 1, sizeof(*out));
-        if (!out) {
-                free(all);
-                return -1;
-        }
-        /* Closure of "parent is me or already in the set": a few passes over a small list. */
-        out[n_out++] = getpid();
-        do {
-                grew = false;
-                for (size_t i = 0; i < n_all; i++) {
-                        bool parent_in = false, self_in = false;
+/* The pids of every descendant of this process, into *ret (malloc'd); their count, or -1.
+ * Walked down from us by the children lists: every process of the exec's tree is below us
+ * (orphans reparent to us, the subreaper), and the walk costs the tree's size, not the
+ * sandbox's. */
+static ssize_t descendants(pid_t **ret)
+{
+        pid_list l = { 0 };
 
-                        for (size_t j = 0; j < n_out; j++) {
-                                if (out[j] == all[i].ppid)
-                                        parent_in = true;
-                                if (out[j] == all[i].pid)
-                                        self_in = true;
-                        }
-                        if (parent_in && !self_in) {
-                                out[n_out++] = all[i].pid;
-                                grew = true;
-                        }
-                }
-        } while (grew);
-        free(all);
-        /* Drop ourselves (slot 0). */
-        memmove(out, out + 1, (n_out - 1) * sizeof(*out));
-        *ret = out;
-        return (ssize_t)(n_out - 1);
+        if (add_children(&l, getpid()) < 0)
+                goto fail;
+        for (size_t i = 0; i < l.n; i++)
+                if (add_children(&l, l.v[i]) < 0)
+                        goto fail;
+        *ret = l.v;
+        return (ssize_t)l.n;
+fail:
+        free(l.v);
+        return -1;
 }
 
 static void signal_tree(pid_t cmd, int signo)
@@ -192,20 +193,18 @@ static _Noreturn void kill_all_and_exit(void)
         for (;;) {
                 pid_t *pids = NULL;
                 ssize_t n = descendants(&pids);
-                int status;
 
-                if (n > 0) {
-                        for (ssize_t i = 0; i < n; i++)
-                                kill(pids[i], SIGKILL);
-                }
+                for (ssize_t i = 0; i < n; i++)
+                        kill(pids[i], SIGKILL);
                 free(pids);
-                /* Wait for one to end (a killed child, or an orphan that reparented to us)
-                 * and look again: a process forked between the scan and the kill is a child
-                 * of a killed one, and reparents to us. */
-                if (waitpid(-1, &status, 0) < 0 && errno == ECHILD) {
+                /* Wait for one to end and look again: a process forked between the walk and
+                 * the kill is the child of a killed one, and it is ours (reparented) by the
+                 * time its parent's end is reported. */
+                if (waitpid(-1, NULL, 0) < 0 && errno == ECHILD) {
                         if (n == 0)
                                 _exit(0);
-                        /* Not children (yet): their parents are dying. */
+                        /* Descendants that are not our children yet: their parents are
+                         * ending. (Or the walk failed, memory short.) Look again shortly. */
                         usleep(1000);
                 }
         }
@@ -226,6 +225,10 @@ static _Noreturn void command_child(shep_cmd *cmd)
         int null_fd;
 
         cmd->at = SHEP_AT_SETUP;
+        /* A session of its own: its `kill 0` or a process group signal reaches its own
+         * processes, not the spawner, the shepherds and the other execs, which share init's. */
+        if (setsid() < 0)
+                goto fail;
         sigemptyset(&none);
         signal(SIGPIPE, SIG_DFL);
         if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)

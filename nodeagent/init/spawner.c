@@ -795,13 +795,17 @@ static void serve(void)
 
 _Noreturn void spawner_main(const char *path)
 {
-        sigset_t chld;
+        sigset_t chld, all;
 
         S.path = path;
         signal(SIGPIPE, SIG_IGN);
         sigemptyset(&chld);
         sigaddset(&chld, SIGCHLD);
-        if (sigprocmask(SIG_SETMASK, &chld, NULL) < 0 ||
+        sigfillset(&all);
+        /* Every signal blocked (and so in the shepherds, which inherit the mask; commands get
+         * an empty one): a command's `kill -TERM -1` ends neither; only SIGKILL does, and init
+         * restarts the spawner then. SIGCHLD is read from a signalfd. */
+        if (sigprocmask(SIG_SETMASK, &all, NULL) < 0 ||
             (S.sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
                 init_log("signalfd: %s", strerror(errno));
                 exit(1);

@@ -190,7 +190,7 @@ class SpawnerCase(unittest.TestCase):
         self.addCleanup(self.log.close)
         self.proc = subprocess.Popen([BIN, *self.role, "--socket", self.path],
                                      stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=self.log)
+                                     stderr=self.log, start_new_session=True)
         self.addCleanup(self.stop)
         self.conn = self.accept()
 
@@ -292,6 +292,26 @@ class SpawnerTest(SpawnerCase):
         self.assertLessEqual(len(fds), 4, out)
         self.assertIn("SigBlk:\t0000000000000000", out.decode())
         self.assertIn("SigIgn:\t0000000000000000", out.decode())
+        c.signal(1, signal.SIGKILL)
+        self.assertEqual(c.wait_exited(1).signal, signal.SIGKILL)
+
+    def test_exec_is_its_own_session(self):
+        # `kill 0` in one exec reaches its own process group only: not the spawner, its
+        # shepherds or another exec. The spawner also survives signals sent to it directly.
+        c = self.conn
+        c.start(1, ["sleep", "1000"])
+        c.wait(lambda: c.started(1) is not None)
+        e, out, _ = c.run(2, [SH, "-c", "ps -o sid= -o pgid= -p $$; kill -TERM 0; sleep 5"])
+        self.assertEqual(e.signal, signal.SIGTERM)
+        sid, pgid = out.split()
+        self.assertEqual(sid, pgid)
+        self.assertEqual(int(sid), c.started(2))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+            os.kill(self.proc.pid, sig)
+        time.sleep(0.2)
+        self.assertIsNone(self.proc.poll())
+        self.assertTrue(alive(c.started(1)))
+        self.assertEqual(c.run(3, ["true"])[0].exit_code, 0)
         c.signal(1, signal.SIGKILL)
         self.assertEqual(c.wait_exited(1).signal, signal.SIGKILL)
 
