@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -66,6 +67,7 @@ typedef struct exec {
         int64_t exit_ms;
         int status;
         size_t late[2]; /* bytes read from each pipe after the grace */
+        bool hup[2];    /* POLLHUP seen without credit, data left in the pipe */
         bool alone;     /* the tree ended with the command: usage holds its final figures */
         shep_msg usage;
         char *argv0, *cwd; /* for a start error's message, cut at its size */
@@ -518,6 +520,19 @@ static ssize_t exec_read_pipe(exec *e, int stream, int64_t now)
         return n;
 }
 
+/* A pipe without credit reported POLLHUP: every writer is gone. With nothing left in it that
+ * is its EOF (an output that used its credit exactly ends here); with data left, it waits
+ * for credit, unpolled (POLLHUP would repeat). */
+static void exec_pipe_hup(exec *e, int stream)
+{
+        int avail = 0;
+
+        if (ioctl(e->out[stream], FIONREAD, &avail) == 0 && avail == 0)
+                close_fd(&e->out[stream]);
+        else
+                e->hup[stream] = true;
+}
+
 /* Once the command exited: FINISH when both pipes reached EOF, or once the grace is over and
  * the pipes are empty (a background process keeps them open). While the agent grants no
  * credit, the output left in the pipes is the client's: keep waiting for it. */
@@ -726,19 +741,28 @@ static void serve(void)
                                 what[n++] = -1;
                         }
                         for (int s = 0; s < 2; s++) {
-                                if (!e->started || e->out[s] < 0 || e->credit == 0 ||
-                                    S.queued >= QUEUE_SOFT)
+                                short ev;
+
+                                if (!e->started || e->out[s] < 0)
                                         continue;
-                                p[n] = (struct pollfd){ .fd = e->out[s], .events = POLLIN };
+                                if (e->credit > 0 && S.queued < QUEUE_SOFT)
+                                        ev = POLLIN;
+                                else if (e->credit == 0 && !e->hup[s])
+                                        ev = 0; /* POLLHUP only: the output may have ended */
+                                else
+                                        continue;
+                                p[n] = (struct pollfd){ .fd = e->out[s], .events = ev };
                                 owner[n] = e;
                                 what[n++] = s;
                         }
                         if (e->exited && !e->finishing) {
                                 int64_t left = e->exit_ms + EXIT_GRACE_MS - now;
+                                bool blocked = e->credit == 0 || S.queued >= QUEUE_SOFT;
 
                                 if (left < 0)
                                         left = 0;
-                                if (timeout < 0 || left < timeout)
+                                /* Past the grace and blocked, credit or the socket wakes us. */
+                                if (!(left == 0 && blocked) && (timeout < 0 || left < timeout))
                                         timeout = left;
                         }
                 }
@@ -772,6 +796,8 @@ static void serve(void)
                                 continue;
                         if (what[i] < 0)
                                 exec_ctl(e, now);
+                        else if (e->out[what[i]] == p[i].fd && e->credit == 0)
+                                exec_pipe_hup(e, what[i]);
                         else if (e->out[what[i]] == p[i].fd)
                                 exec_read_pipe(e, what[i], now);
                 }

@@ -39,6 +39,12 @@ def alive(pid):
         return False
 
 
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_gone(pids, timeout=5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -347,16 +353,39 @@ class SpawnerTest(SpawnerCase):
         self.assertEqual(len(c.output(1, 1)), total)
         self.assertEqual(c.output(1, 2), b"done\n")
 
+    def test_agent_not_reading_bounds_the_spawner(self):
+        # The agent grants a big credit and stops reading: the spawner's queue stops at its
+        # bound (its RSS stays small, the command blocks), Pings are still taken up to the
+        # hard bound, and everything arrives in order once the agent reads again.
+        c = self.conn
+        total = 32 << 20  # an unbounded queue would hold all of it: twice the RSS bound below
+        c.start(1, [SH, "-c", f"head -c {total} /dev/zero"], credit=16 << 20)
+        c.credit(1, 16 << 20)
+        for i in range(100):
+            c.send(pb.AgentFrame(ping=pb.Ping(nonce=i + 1)))
+        time.sleep(1.5)
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            rss_kib = int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+        self.assertLess(rss_kib, 16 << 10)
+        self.assertTrue(alive(c.started(1)) or c.started(1) is None)
+        e = c.wait_exited(1, 60)
+        self.assertEqual(e.exit_code, 0)
+        self.assertEqual(len(c.output(1, 1)), total)
+        self.assertEqual(c.pongs, list(range(1, 101)))
+
     def test_exited_command_output_waits_for_credit(self):
         # The command exits at once, with more output in its pipe than the credit: the rest
         # is delivered when credit comes, even after the 200 ms grace.
         c = self.conn
         c.start(1, [SH, "-c", "head -c 50000 /dev/zero"], credit=100)
         c.wait(lambda: c.output_seen.get(1, 0) == 100)
-        time.sleep(0.5)
+        cpu0 = cpu_seconds(self.proc.pid)
+        time.sleep(1.0)
         while c.pump(0.1):
             pass
         self.assertIsNone(c.exited(1))
+        # Waiting for credit past the grace costs nothing (no busy loop).
+        self.assertLess(cpu_seconds(self.proc.pid) - cpu0, 0.1)
         c.credit(1, 100000)
         e = c.wait_exited(1)
         self.assertEqual(e.exit_code, 0)
