@@ -284,6 +284,16 @@ class SpawnerTest(SpawnerCase):
         e, out, _ = c.run(3, ["mytool", "x"], env=[f"PATH={bindir}:/usr/bin:/bin"])
         self.assertEqual((e.exit_code, out), (0, b"mytool x\n"))
 
+    def test_big_start(self):
+        # A Start near the protocol's 1 MiB of argv and env (it travels to the shepherd in a
+        # memfd): every byte arrives.
+        c = self.conn
+        args = ["a" * 100000] * 9
+        env = BASE_ENV + [f"V{i}={'e' * 10000}" for i in range(10)]
+        e, out, _ = c.run(1, [SH, "-c", 'n=0; for a; do n=$((n + ${#a})); done; '
+                              'echo $# $n ${#V9}', "sh", *args], env=env)
+        self.assertEqual((e.exit_code, out), (0, b"9 900000 10000\n"))
+
     def test_no_fd_leaks_stdin_empty_signals_default(self):
         c = self.conn
         # Another exec running meanwhile: its pipes and control socket must not leak either.
