@@ -104,21 +104,19 @@ static void queue_clear(void)
         S.queued = 0;
 }
 
+/* Queues a frame. Out of memory, the spawner ends (init starts it again; the agent sees the
+ * connection drop and its execs end): a frame silently lost would leave an exec without its
+ * Exited. */
 static void send_frame(const spawn_spawner_frame *frame)
 {
         out_frame *f;
         size_t len;
         uint8_t *buf = spawn_encode_spawner(frame, &len);
 
-        if (!buf) {
-                init_log("cannot encode a frame (memory short?)");
-                return;
-        }
-        f = calloc(1, sizeof(*f));
+        f = buf ? calloc(1, sizeof(*f)) : NULL;
         if (!f) {
-                free(buf);
-                init_log("out of memory");
-                return;
+                init_log("cannot queue a frame: out of memory");
+                exit(1);
         }
         f->buf = buf;
         f->len = len;
@@ -294,7 +292,7 @@ static int pool_start(const uint8_t *frame, size_t len, int out_fd, int err_fd, 
                              .msg_control = cbuf,
                              .msg_controllen = sizeof(cbuf) };
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        int fds[3] = { -1, out_fd, err_fd };
+        int fds[3] = { -1, out_fd, err_fd }, e;
         size_t done = 0;
 
         fds[0] = memfd_create("start", MFD_CLOEXEC);
@@ -315,24 +313,29 @@ static int pool_start(const uint8_t *frame, size_t len, int out_fd, int err_fd, 
         c->cmsg_type = SCM_RIGHTS;
         c->cmsg_len = CMSG_LEN(sizeof(fds));
         memcpy(CMSG_DATA(c), fds, sizeof(fds));
-        for (;;) {
+        /* A few tries: an idle one may have died (killed from inside the sandbox); a failure
+         * that is not about the shepherd must not fork one after another. */
+        for (int tries = 0; tries < 3; tries++) {
                 ssize_t n;
 
-                if (S.n_pool == 0 && pool_fork() < 0) {
-                        close(fds[0]);
-                        return -1;
-                }
+                if (S.n_pool == 0 && pool_fork() < 0)
+                        break;
                 *ret = S.pool[--S.n_pool];
                 do
                         n = sendmsg(ret->ctl, &mh, MSG_NOSIGNAL);
                 while (n < 0 && errno == EINTR);
-                if (n == (ssize_t)sizeof(m))
-                        break;
-                /* That one died idle (killed from inside the sandbox): the next. */
+                if (n == (ssize_t)sizeof(m)) {
+                        close(fds[0]);
+                        return 0;
+                }
+                e = n < 0 ? errno : EPIPE;
                 close(ret->ctl);
+                errno = e;
         }
+        e = errno;
         close(fds[0]);
-        return 0;
+        errno = e;
+        return -1;
 }
 
 static void exec_start(uint64_t id, const Compute__Spawner__V1__Start *s, const uint8_t *frame,
