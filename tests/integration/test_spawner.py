@@ -433,6 +433,20 @@ class SpawnerTest(SpawnerCase):
         self.assertEqual(e.signal, signal.SIGKILL)
         self.assertEqual(wait_gone(pids), [])
 
+    def test_signal_right_after_start(self):
+        # A cancel that follows the Start at once (before Started) still reaches the command.
+        c = self.conn
+        c.start(1, ["sleep", "1000"])
+        c.signal(1, signal.SIGKILL)
+        e = c.wait_exited(1)
+        self.assertEqual(e.signal, signal.SIGKILL)
+        self.assertEqual(wait_gone([c.started(1)]), [])
+        # The id of an exec that ended may start another one.
+        c.frames.pop(1)
+        c.output_seen.pop(1, None)
+        e, out, _ = c.run(1, ["echo", "again"])
+        self.assertEqual((e.exit_code, out), (0, b"again\n"))
+
     def test_signal_unknown_exec_is_ignored(self):
         c = self.conn
         c.signal(77, signal.SIGKILL)
