@@ -80,7 +80,7 @@ static pid_t start_spawner(const char *path)
 }
 
 /* The init role: reaps everything, keeps one spawner alive (10 ms to 1 s between restarts
- * of one that dies young), and lets no signal but SIGTERM end it. */
+ * of one that dies young), and lets no signal but the runtime's SIGTERM end it. */
 static _Noreturn void init_main(const char *path)
 {
         int64_t started_ms = 0, next_start_ms = 0;
@@ -112,13 +112,17 @@ static _Noreturn void init_main(const char *path)
                         ts.tv_sec = wait_ms / 1000;
                         ts.tv_nsec = (wait_ms % 1000) * 1000000;
                 }
-                if (sigtimedwait(&all, &si, &ts) > 0 && si.si_signo == SIGTERM) {
-                        /* The runtime stops the sandbox (as pid 1, no process of the sandbox
-                         * can send it this: the kernel drops it), as the previous init did. */
-                        init_log("SIGTERM: exiting");
-                        exit(0);
-                } else if (si.si_signo != SIGCHLD) {
-                        init_log("ignoring signal %d", si.si_signo);
+                if (sigtimedwait(&all, &si, &ts) > 0) {
+                        /* SIGTERM from outside the sandbox (si_pid 0: no process of our pid
+                         * namespace) is the runtime stopping it: exit, as the previous init
+                         * did. From inside (a command's `kill 1`), or any other signal: no. */
+                        if (si.si_signo == SIGTERM && (si.si_pid == 0 || getpid() != 1)) {
+                                init_log("SIGTERM: exiting");
+                                exit(0);
+                        }
+                        if (si.si_signo != SIGCHLD)
+                                init_log("ignoring signal %d from pid %d", si.si_signo,
+                                         (int)si.si_pid);
                 }
                 while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
                         if (p != spawner)
