@@ -220,6 +220,15 @@ const char *spawn_check_agent(const spawn_agent_frame *f)
 
 /* --- decode and encode ----------------------------------------------------------------- */
 
+/* Unknown fields are refused: both ends are built from the same source, so a field one side
+ * does not know is garbage, and protobuf-c keeps (and re-encodes) fields it should have
+ * refused, such as field number 0 (found by fuzz_spawn_frame). The frame's oneof member is
+ * its only submessage (kind is a union of pointers: any member reads it). */
+static bool has_unknown(const ProtobufCMessage *frame, const ProtobufCMessage *kind)
+{
+        return frame->n_unknown_fields > 0 || (kind && kind->n_unknown_fields > 0);
+}
+
 spawn_spawner_frame *spawn_decode_spawner(const uint8_t *p, size_t n, const char **why)
 {
         spawn_spawner_frame *f;
@@ -231,6 +240,11 @@ spawn_spawner_frame *spawn_decode_spawner(const uint8_t *p, size_t n, const char
         f = compute__spawner__v1__spawner_frame__unpack(NULL, n, p);
         if (!f) {
                 *why = "frame does not decode";
+                return NULL;
+        }
+        if (has_unknown(&f->base, (const ProtobufCMessage *)f->hello)) {
+                *why = "frame with unknown fields";
+                spawn_spawner_frame_free(f);
                 return NULL;
         }
         *why = spawn_check_spawner(f);
@@ -252,6 +266,11 @@ spawn_agent_frame *spawn_decode_agent(const uint8_t *p, size_t n, const char **w
         f = compute__spawner__v1__agent_frame__unpack(NULL, n, p);
         if (!f) {
                 *why = "frame does not decode";
+                return NULL;
+        }
+        if (has_unknown(&f->base, (const ProtobufCMessage *)f->start)) {
+                *why = "frame with unknown fields";
+                spawn_agent_frame_free(f);
                 return NULL;
         }
         *why = spawn_check_agent(f);

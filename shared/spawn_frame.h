@@ -60,7 +60,8 @@ ssize_t spawn_reader_fill(spawn_reader *r, int fd);
 int spawn_reader_next(spawn_reader *r, const uint8_t **ret, size_t *ret_len, const char **why);
 
 /* Unpacks and checks a frame. NULL with *why (a static string) when the bytes do not
- * decode or a field is out of its range. Free with spawn_*_frame_free. */
+ * decode, carry a field this protocol does not define, or a field is out of its range. Free
+ * with spawn_*_frame_free. */
 spawn_spawner_frame *spawn_decode_spawner(const uint8_t *p, size_t n, const char **why);
 spawn_agent_frame *spawn_decode_agent(const uint8_t *p, size_t n, const char **why);
 void spawn_spawner_frame_free(spawn_spawner_frame *f);

@@ -59,6 +59,7 @@ void init_close_fds_from(int from)
 
 static pid_t start_spawner(const char *path)
 {
+        pid_t init_pid = getpid();
         pid_t pid = fork();
 
         if (pid < 0) {
@@ -68,6 +69,9 @@ static pid_t start_spawner(const char *path)
         if (pid == 0) {
                 sigset_t none;
 
+                /* Gone with its init (which, as pid 1, takes the sandbox with it anyway). */
+                if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != init_pid)
+                        _exit(1);
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
                 spawner_main(path);
@@ -76,7 +80,7 @@ static pid_t start_spawner(const char *path)
 }
 
 /* The init role: reaps everything, keeps one spawner alive (10 ms to 1 s between restarts
- * of one that dies young), and lets no signal end it. */
+ * of one that dies young), and lets no signal but the runtime's SIGTERM end it. */
 static _Noreturn void init_main(const char *path)
 {
         int64_t started_ms = 0, next_start_ms = 0;
@@ -108,8 +112,18 @@ static _Noreturn void init_main(const char *path)
                         ts.tv_sec = wait_ms / 1000;
                         ts.tv_nsec = (wait_ms % 1000) * 1000000;
                 }
-                if (sigtimedwait(&all, &si, &ts) > 0 && si.si_signo != SIGCHLD)
-                        init_log("ignoring signal %d", si.si_signo);
+                if (sigtimedwait(&all, &si, &ts) > 0) {
+                        /* SIGTERM from outside the sandbox (si_pid 0: no process of our pid
+                         * namespace) is the runtime stopping it: exit, as the previous init
+                         * did. From inside (a command's `kill 1`), or any other signal: no. */
+                        if (si.si_signo == SIGTERM && (si.si_pid == 0 || getpid() != 1)) {
+                                init_log("SIGTERM: exiting");
+                                exit(0);
+                        }
+                        if (si.si_signo != SIGCHLD)
+                                init_log("ignoring signal %d from pid %d", si.si_signo,
+                                         (int)si.si_pid);
+                }
                 while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
                         if (p != spawner)
                                 continue;

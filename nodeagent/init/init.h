@@ -33,12 +33,17 @@ _Noreturn void spawner_main(const char *path);
 
 /* Messages between the spawner and one shepherd, over a SOCK_SEQPACKET socketpair. */
 enum {
-        SHEP_SIGNAL = 1, /* spawner -> shepherd: a = signo, to the whole tree */
-        SHEP_FINISH,     /* spawner -> shepherd: report the usage and leave */
-        SHEP_STARTED,    /* shepherd -> spawner: a = the command's pid */
-        SHEP_FAILED,     /* shepherd -> spawner: a = errno, b = what failed (SHEP_AT_*) */
-        SHEP_EXITED,     /* shepherd -> spawner: a = wait status of the command */
-        SHEP_DONE,       /* shepherd -> spawner: a = wait status, usage of the whole tree */
+        SHEP_START = 1, /* spawner -> shepherd, with 3 fds: a memfd holding the AgentFrame
+                         * (a checked Start), the stdout and stderr pipes' write ends */
+        SHEP_SIGNAL,    /* spawner -> shepherd: a = signo, to the whole tree */
+        SHEP_FINISH,    /* spawner -> shepherd: report the usage and leave */
+        SHEP_STARTED,   /* shepherd -> spawner: a = the command's pid */
+        SHEP_FAILED,    /* shepherd -> spawner: a = errno, b = what failed (SHEP_AT_*) */
+        SHEP_EXITED,    /* shepherd -> spawner: a = wait status of the command; b = 1 when
+                         * nothing of the tree is left: the usage is final, no FINISH follows
+                         * and the shepherd is idle again */
+        SHEP_DONE,      /* shepherd -> spawner: a = wait status, usage of the whole tree;
+                         * b = 1 when the shepherd is idle again (may take another START) */
 };
 enum {
         SHEP_AT_EXEC = 0,
@@ -56,14 +61,8 @@ typedef struct shep_msg {
         uint64_t max_rss_kib;
 } shep_msg;
 
-/* What a shepherd needs to start the command: argv and env are NULL-terminated. */
-typedef struct shep_cmd {
-        char **argv;
-        char **env;
-        const char *cwd;
-        int out_fd, err_fd; /* the pipes' write ends */
-} shep_cmd;
-
-/* The shepherd role, in a child freshly forked from the spawner; `ctl` is its end of the
- * socketpair. Never returns. */
-_Noreturn void shepherd_main(int ctl, const shep_cmd *cmd);
+/* The shepherd role, in a child forked from the spawner ahead of need (the spawner keeps a
+ * few idle ones: a fork costs milliseconds in gVisor); `ctl` is its end of the socketpair.
+ * It waits for SHEP_START and runs that command; it serves the next START when the exec left
+ * no process behind, else it exits. Never returns. */
+_Noreturn void shepherd_main(int ctl);

@@ -15,3 +15,4 @@ cs_fuzz_target(ws_path SOURCES nodeagent/workspace_io.c shared/utf8.c shared/err
 cs_fuzz_target(kube_watch SOURCES frontend/kube_framer.c shared/error.c shared/util.c PKGS jansson)
 cs_fuzz_target(kubeconfig SOURCES frontend/kube_config.c shared/base64.c shared/error.c shared/util.c
                PKGS jansson yaml-0.1)
+cs_fuzz_target(spawn_frame SOURCES shared/spawn_frame.c shared/utf8.c PKGS libprotobuf-c PROTO)

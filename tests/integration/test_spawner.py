@@ -39,6 +39,12 @@ def alive(pid):
         return False
 
 
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_gone(pids, timeout=5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -190,7 +196,7 @@ class SpawnerCase(unittest.TestCase):
         self.addCleanup(self.log.close)
         self.proc = subprocess.Popen([BIN, *self.role, "--socket", self.path],
                                      stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=self.log)
+                                     stderr=self.log, start_new_session=True)
         self.addCleanup(self.stop)
         self.conn = self.accept()
 
@@ -278,6 +284,16 @@ class SpawnerTest(SpawnerCase):
         e, out, _ = c.run(3, ["mytool", "x"], env=[f"PATH={bindir}:/usr/bin:/bin"])
         self.assertEqual((e.exit_code, out), (0, b"mytool x\n"))
 
+    def test_big_start(self):
+        # A Start near the protocol's 1 MiB of argv and env (it travels to the shepherd in a
+        # memfd): every byte arrives.
+        c = self.conn
+        args = ["a" * 100000] * 9
+        env = BASE_ENV + [f"V{i}={'e' * 10000}" for i in range(10)]
+        e, out, _ = c.run(1, [SH, "-c", 'n=0; for a; do n=$((n + ${#a})); done; '
+                              'echo $# $n ${#V9}', "sh", *args], env=env)
+        self.assertEqual((e.exit_code, out), (0, b"9 900000 10000\n"))
+
     def test_no_fd_leaks_stdin_empty_signals_default(self):
         c = self.conn
         # Another exec running meanwhile: its pipes and control socket must not leak either.
@@ -292,6 +308,26 @@ class SpawnerTest(SpawnerCase):
         self.assertLessEqual(len(fds), 4, out)
         self.assertIn("SigBlk:\t0000000000000000", out.decode())
         self.assertIn("SigIgn:\t0000000000000000", out.decode())
+        c.signal(1, signal.SIGKILL)
+        self.assertEqual(c.wait_exited(1).signal, signal.SIGKILL)
+
+    def test_exec_is_its_own_session(self):
+        # `kill 0` in one exec reaches its own process group only: not the spawner, its
+        # shepherds or another exec. The spawner also survives signals sent to it directly.
+        c = self.conn
+        c.start(1, ["sleep", "1000"])
+        c.wait(lambda: c.started(1) is not None)
+        e, out, _ = c.run(2, [SH, "-c", "ps -o sid= -o pgid= -p $$; kill -TERM 0; sleep 5"])
+        self.assertEqual(e.signal, signal.SIGTERM)
+        sid, pgid = out.split()
+        self.assertEqual(sid, pgid)
+        self.assertEqual(int(sid), c.started(2))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+            os.kill(self.proc.pid, sig)
+        time.sleep(0.2)
+        self.assertIsNone(self.proc.poll())
+        self.assertTrue(alive(c.started(1)))
+        self.assertEqual(c.run(3, ["true"])[0].exit_code, 0)
         c.signal(1, signal.SIGKILL)
         self.assertEqual(c.wait_exited(1).signal, signal.SIGKILL)
 
@@ -327,16 +363,39 @@ class SpawnerTest(SpawnerCase):
         self.assertEqual(len(c.output(1, 1)), total)
         self.assertEqual(c.output(1, 2), b"done\n")
 
+    def test_agent_not_reading_bounds_the_spawner(self):
+        # The agent grants a big credit and stops reading: the spawner's queue stops at its
+        # bound (its RSS stays small, the command blocks), Pings are still taken up to the
+        # hard bound, and everything arrives in order once the agent reads again.
+        c = self.conn
+        total = 32 << 20  # an unbounded queue would hold all of it: twice the RSS bound below
+        c.start(1, [SH, "-c", f"head -c {total} /dev/zero"], credit=16 << 20)
+        c.credit(1, 16 << 20)
+        for i in range(100):
+            c.send(pb.AgentFrame(ping=pb.Ping(nonce=i + 1)))
+        time.sleep(1.5)
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            rss_kib = int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+        self.assertLess(rss_kib, 16 << 10)
+        self.assertTrue(alive(c.started(1)) or c.started(1) is None)
+        e = c.wait_exited(1, 60)
+        self.assertEqual(e.exit_code, 0)
+        self.assertEqual(len(c.output(1, 1)), total)
+        self.assertEqual(c.pongs, list(range(1, 101)))
+
     def test_exited_command_output_waits_for_credit(self):
         # The command exits at once, with more output in its pipe than the credit: the rest
         # is delivered when credit comes, even after the 200 ms grace.
         c = self.conn
         c.start(1, [SH, "-c", "head -c 50000 /dev/zero"], credit=100)
         c.wait(lambda: c.output_seen.get(1, 0) == 100)
-        time.sleep(0.5)
+        cpu0 = cpu_seconds(self.proc.pid)
+        time.sleep(1.0)
         while c.pump(0.1):
             pass
         self.assertIsNone(c.exited(1))
+        # Waiting for credit past the grace costs nothing (no busy loop).
+        self.assertLess(cpu_seconds(self.proc.pid) - cpu0, 0.1)
         c.credit(1, 100000)
         e = c.wait_exited(1)
         self.assertEqual(e.exit_code, 0)
@@ -373,6 +432,20 @@ class SpawnerTest(SpawnerCase):
         e = self.conn.wait_exited(1)
         self.assertEqual(e.signal, signal.SIGKILL)
         self.assertEqual(wait_gone(pids), [])
+
+    def test_signal_right_after_start(self):
+        # A cancel that follows the Start at once (before Started) still reaches the command.
+        c = self.conn
+        c.start(1, ["sleep", "1000"])
+        c.signal(1, signal.SIGKILL)
+        e = c.wait_exited(1)
+        self.assertEqual(e.signal, signal.SIGKILL)
+        self.assertEqual(wait_gone([c.started(1)]), [])
+        # The id of an exec that ended may start another one.
+        c.frames.pop(1)
+        c.output_seen.pop(1, None)
+        e, out, _ = c.run(1, ["echo", "again"])
+        self.assertEqual((e.exit_code, out), (0, b"again\n"))
 
     def test_signal_unknown_exec_is_ignored(self):
         c = self.conn
@@ -417,6 +490,21 @@ class SpawnerTest(SpawnerCase):
             print(f"exec {exec_id}: reported {reported:.3f} s, truth {truth:.3f} s "
                   f"({100 * (reported - truth) / truth:+.1f} %)", file=sys.stderr)
             self.assertLess(abs(reported - truth), 0.05 * truth)
+
+    def test_reused_shepherd_reports_each_exec_alone(self):
+        # Shepherds serve one exec after another: the second exec's usage must not carry the
+        # first one's CPU, nor its max RSS.
+        c = self.conn
+        code = ("import time\nb = bytearray(200 << 20)\nt = time.process_time()\n"
+                "while time.process_time() - t < 0.5: pass\n")
+        e1, _, _ = c.run(1, ["/usr/bin/python3", "-c", code])
+        self.assertEqual(e1.exit_code, 0)
+        self.assertGreater(e1.user_us + e1.system_us, 450000)
+        self.assertGreater(e1.max_rss_kib, 200 << 10)
+        for i in range(2, 6):
+            e, _, _ = c.run(i, ["true"])
+            self.assertLess(e.user_us + e.system_us, 100000, i)
+            self.assertLess(e.max_rss_kib, 100 << 10, i)
 
     # --- connection ------------------------------------------------------------------------
 
@@ -498,10 +586,18 @@ class InitRoleTest(SpawnerCase):
         c = self.accept()
         self.assertNotEqual(c.hello.pid, first)
         self.assertEqual(c.run(1, ["echo", "x"])[1], b"x\n")
-        # The init itself survives a SIGTERM.
-        os.kill(self.proc.pid, signal.SIGTERM)
+        # The init survives other signals; SIGTERM (the runtime stopping the sandbox) ends it,
+        # its spawner with it (PDEATHSIG), and so the running execs.
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGPIPE):
+            os.kill(self.proc.pid, sig)
         time.sleep(0.2)
         self.assertIsNone(self.proc.poll())
+        c.start(2, ["sleep", "1000"])
+        c.wait(lambda: c.started(2) is not None)
+        os.kill(self.proc.pid, signal.SIGTERM)
+        self.assertEqual(self.proc.wait(5), 0)
+        self.assertTrue(c.closed())
+        self.assertEqual(wait_gone([c.hello.pid, c.started(2)]), [])
 
 
 if __name__ == "__main__":
