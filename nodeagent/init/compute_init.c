@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -140,9 +141,71 @@ static _Noreturn void init_main(const char *path)
         }
 }
 
+/* --install DEST: copies this binary to DEST, mode 0555, whole or not at all (a temporary
+ * name in DEST's directory, renamed once written and synced). How a pod's init container puts
+ * compute-init into the emptyDir its sandbox container runs it from (kube mode): the image
+ * needs nothing else, not even a shell or cp. */
+static int install_self(const char *dest)
+{
+        char tmp[4096], buf[65536];
+        int in, out, r = 1;
+        ssize_t n = 0;
+
+        if (snprintf(tmp, sizeof(tmp), "%s.tmp-%d", dest, (int)getpid()) >= (int)sizeof(tmp)) {
+                init_log("--install: path too long");
+                return 1;
+        }
+        in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        if (in < 0) {
+                init_log("--install: /proc/self/exe: %s", strerror(errno));
+                return 1;
+        }
+        out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0555);
+        if (out < 0) {
+                init_log("--install: %s: %s", tmp, strerror(errno));
+                close(in);
+                return 1;
+        }
+        for (;;) {
+                ssize_t w = 0;
+
+                n = read(in, buf, sizeof(buf));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                while (w < n) {
+                        ssize_t k = write(out, buf + w, (size_t)(n - w));
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0) {
+                                n = -1;
+                                break;
+                        }
+                        w += k;
+                }
+                if (n < 0)
+                        break;
+        }
+        if (n == 0 && fsync(out) == 0 && close(out) == 0) {
+                out = -1;
+                if (rename(tmp, dest) == 0)
+                        r = 0;
+        }
+        if (r != 0) {
+                init_log("--install: %s: %s", dest, strerror(errno));
+                if (out >= 0)
+                        close(out);
+                unlink(tmp);
+        }
+        close(in);
+        return r;
+}
+
 static void usage(FILE *f)
 {
         fprintf(f, "Usage: compute-init [--spawner] [--socket PATH]\n"
+                   "       compute-init --install DEST\n"
                    "\n"
                    "The sandbox's init process: reaps orphans and keeps the resident spawner\n"
                    "running, which connects to the node agent's Unix socket and starts commands\n"
@@ -150,6 +213,8 @@ static void usage(FILE *f)
                    "\n"
                    "  --socket PATH  the agent's socket (default " INIT_DEFAULT_SOCKET ")\n"
                    "  --spawner      run the spawner role alone (no init), e.g. on a host\n"
+                   "  --install DEST copy this binary to DEST (mode 0555) and exit: a kube\n"
+                   "                 pod's init container installs it into an emptyDir\n"
                    "  --version      print the version\n"
                    "  --help         this text\n");
 }
@@ -157,13 +222,11 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
         static const struct option opts[] = {
-                { "socket", required_argument, NULL, 's' },
-                { "spawner", no_argument, NULL, 'S' },
-                { "version", no_argument, NULL, 'V' },
-                { "help", no_argument, NULL, 'h' },
-                { 0 },
+                { "socket", required_argument, NULL, 's' },  { "spawner", no_argument, NULL, 'S' },
+                { "install", required_argument, NULL, 'i' }, { "version", no_argument, NULL, 'V' },
+                { "help", no_argument, NULL, 'h' },          { 0 },
         };
-        const char *path = INIT_DEFAULT_SOCKET;
+        const char *path = INIT_DEFAULT_SOCKET, *install = NULL;
         bool spawner = false;
         int c;
 
@@ -174,6 +237,9 @@ int main(int argc, char **argv)
                         break;
                 case 'S':
                         spawner = true;
+                        break;
+                case 'i':
+                        install = optarg;
                         break;
                 case 'V':
                         puts(INIT_VERSION);
@@ -190,6 +256,8 @@ int main(int argc, char **argv)
                 usage(stderr);
                 return 2;
         }
+        if (install)
+                return install_self(install);
         if (spawner)
                 spawner_main(path);
         init_main(path);

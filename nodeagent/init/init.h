@@ -15,8 +15,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "spawner_paths.h"
+
 #define INIT_VERSION        "compute-init 1"
-#define INIT_DEFAULT_SOCKET "/.compute/run/spawner.sock"
+#define INIT_DEFAULT_SOCKET CS_SPAWNER_SOCKET
 
 /* Logs one line to stderr ("compute-init[pid]: ..."). */
 void init_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -600,5 +600,28 @@ class InitRoleTest(SpawnerCase):
         self.assertEqual(wait_gone([c.hello.pid, c.started(2)]), [])
 
 
+
+class InstallTest(unittest.TestCase):
+    """--install DEST: how a kube pod's init container puts compute-init into its emptyDir."""
+
+    def test_install(self):
+        with tempfile.TemporaryDirectory() as d:
+            dest = os.path.join(d, "compute-init")
+            p = subprocess.run([BIN, "--install", dest], capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(os.stat(dest).st_mode & 0o7777, 0o555)
+            with open(dest, "rb") as a, open(BIN, "rb") as b:
+                self.assertEqual(a.read(), b.read())
+            self.assertEqual(os.listdir(d), ["compute-init"])  # no temporary name left
+            out = subprocess.run([dest, "--version"], capture_output=True, timeout=30)
+            self.assertTrue(out.stdout.startswith(b"compute-init"))
+            # A directory that is not there: status 1, a message, nothing made.
+            bad = os.path.join(d, "missing", "compute-init")
+            p = subprocess.run([BIN, "--install", bad], capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(b"--install", p.stderr)
+            self.assertEqual(os.listdir(d), ["compute-init"])
+
+
 if __name__ == "__main__":
     testmain.main(sys.argv[:1])
