@@ -224,6 +224,25 @@ static void agent_up(json_t *pod, void *userdata)
                 cs_mpage_sample_u64(p, "compute_agent_up", labels, match_agent(pod, (void *)node));
 }
 
+static void first_image(json_t *pod, void *userdata)
+{
+        char **image = userdata;
+        const char *node = kube_get_str(pod, "spec.nodeName");
+        const char *s = kube_get_str(
+                json_array_get(kube_get_key(pod, "spec", "containers", NULL), 0), "image");
+
+        if (!*image && node && s && s[0] && match_agent(pod, (void *)node))
+                *image = cs_xstrdup(s);
+}
+
+char *kagent_image(kube *k)
+{
+        char *image = NULL;
+
+        kube_cache_each(k->agents, first_image, &image);
+        return image;
+}
+
 void kagent_metrics(kube *k, cs_mpage *p)
 {
         cs_mpage_family(p, "compute_agent_up", "gauge",

@@ -51,8 +51,8 @@ typedef struct kube_config {
 
 void kube_config_clear(kube_config *c);
 
-/* Standard (or URL-safe) base64 (shared/base64.h), whitespace ignored, padding optional, into ret (NUL
- * terminated past len; the caller frees it with kube_blob_free). -1 if malformed or empty. */
+/* Standard (or URL-safe) base64 (shared/base64.h), whitespace ignored, padding optional, into ret
+ * (NUL terminated past len; the caller frees it with kube_blob_free). -1 if malformed or empty. */
 int kube_base64_decode(const char *s, kube_blob *ret);
 
 /* The first YAML (so also JSON) document of buf[0..len) as a jansson value (a new

@@ -15,6 +15,7 @@
 #include "path.h"
 #include "quantity.h"
 #include "sandbox_limits.h"
+#include "spawner_paths.h"
 #include "usage_json.h"
 #include "util.h"
 
@@ -461,8 +462,37 @@ static json_t *labels_for(const kobj_spec *spec, const char *id)
         return l;
 }
 
-json_t *kobj_pod_build(const char *ns, const char *runtime_class, const kobj_spec *spec,
-                       const char *name, const char *id)
+/* The resident exec path in a pod (docs/deploy.md): an init container of spawner_image
+ * installs compute-init into an emptyDir, and the sandbox container runs it as its init, with
+ * the binary and the spawner's socket directory (another emptyDir, where the node agent
+ * listens) mounted read-only. */
+static void add_spawner(json_t *pod, const char *spawner_image, json_t *res)
+{
+        json_t *spec = json_object_get(pod, "spec");
+        json_t *c = json_array_get(json_object_get(spec, "containers"), 0);
+        json_t *mounts = json_object_get(c, "volumeMounts");
+        json_t *volumes = json_object_get(spec, "volumes");
+
+        json_object_set_new(spec, "initContainers",
+                            json_pack("[{s:s, s:s, s:[s, s, s], s:{s:O, s:O}, s:[{s:s, s:s}]}]",
+                                      "name", SPAWNER_INIT_CONTAINER, "image", spawner_image,
+                                      "command", SPAWNER_IMAGE_BIN, "--install", CS_SPAWNER_BIN,
+                                      "resources", "requests", res, "limits", res, "volumeMounts",
+                                      "name", SPAWNER_BIN_VOLUME, "mountPath", CS_SPAWNER_BIN_DIR));
+        json_object_set_new(c, "command",
+                            json_pack("[s, s, s]", CS_SPAWNER_BIN, "--socket", CS_SPAWNER_SOCKET));
+        json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", SPAWNER_BIN_VOLUME,
+                                                "mountPath", CS_SPAWNER_BIN_DIR, "readOnly", 1));
+        json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", SPAWNER_RUN_VOLUME,
+                                                "mountPath", CS_SPAWNER_DIR, "readOnly", 1));
+        json_array_append_new(volumes, json_pack("{s:s, s:{s:s}}", "name", SPAWNER_BIN_VOLUME,
+                                                 "emptyDir", "sizeLimit", "16Mi"));
+        json_array_append_new(volumes, json_pack("{s:s, s:{s:s}}", "name", SPAWNER_RUN_VOLUME,
+                                                 "emptyDir", "sizeLimit", "1Mi"));
+}
+
+json_t *kobj_pod_build(const char *ns, const char *runtime_class, const char *spawner_image,
+                       const kobj_spec *spec, const char *name, const char *id)
 {
         _cleanup_free_ char *cpu = cs_xasprintf("%" PRIu32 "m", spec->cpu_millis);
         _cleanup_free_ char *mem = cs_xasprintf("%" PRIu64, spec->memory_bytes);
@@ -485,6 +515,8 @@ json_t *kobj_pod_build(const char *ns, const char *runtime_class, const kobj_spe
                 "volumeMounts", "name", WORKSPACE_VOLUME, "mountPath", spec->mount_path, "volumes",
                 "name", WORKSPACE_VOLUME, "persistentVolumeClaim", "claimName", claim);
 
+        if (pod && spawner_image && spawner_image[0])
+                add_spawner(pod, spawner_image, res);
         json_decref(res);
         if (pod && runtime_class[0])
                 json_object_set_new(json_object_get(pod, "spec"), "runtimeClassName",

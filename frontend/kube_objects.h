@@ -37,7 +37,15 @@
 #define SANDBOX_APP_NAME  "compute-sandbox"
 #define SANDBOX_CONTAINER "sandbox"
 #define WORKSPACE_VOLUME  "workspace"
-#define SANDBOX_SELECTOR  LABEL_MANAGED_BY "=" MANAGED_BY
+/* The resident exec path's parts of a pod (kobj_pod_build): where compute-init is in the
+ * spawner image (the node agent's, deploy/Dockerfile), the init container that installs it,
+ * and the two emptyDirs. */
+#define SPAWNER_IMAGE_BIN      "/usr/local/bin/compute-init"
+#define SPAWNER_IMAGE_AGENT    "agent" /* --spawner-image: the node agent pods' image */
+#define SPAWNER_INIT_CONTAINER "compute-init"
+#define SPAWNER_BIN_VOLUME     "compute-bin"
+#define SPAWNER_RUN_VOLUME     "compute-run"
+#define SANDBOX_SELECTOR       LABEL_MANAGED_BY "=" MANAGED_BY
 
 #define _cleanup_json_ _cleanup_(json_decrefp) /* jansson's own json_auto_t cleanup */
 
@@ -63,9 +71,11 @@ void kobj_pod_name(const char *tenant, const char *session, char ret[static KOBJ
 int kobj_spec_normalise(const char *default_storage_class, const char *default_size,
                         const fe_spec *in, kobj_spec *out, cs_error **err);
 
-/* The sandbox Pod named name in namespace ns (runtime_class "": none). */
-json_t *kobj_pod_build(const char *ns, const char *runtime_class, const kobj_spec *spec,
-                       const char *name, const char *id);
+/* The sandbox Pod named name in namespace ns (runtime_class "": none). With a spawner_image
+ * (NULL or "": none) the pod runs compute-init as its init, installed by an init container of
+ * that image from SPAWNER_IMAGE_BIN: the resident exec path. */
+json_t *kobj_pod_build(const char *ns, const char *runtime_class, const char *spawner_image,
+                       const kobj_spec *spec, const char *name, const char *id);
 
 /* The workspace PVC "ws-<id>"; with annotations (borrowed) when given (a destroy that found
  * no PVC), else the tenant and session ids of spec (those not empty). */

@@ -13,6 +13,7 @@
 #include "daemon.h"
 #include "metrics.h"
 #include "health.h"
+#include "kube_objects.h"
 #include "reflection.h"
 #include "scheduler.h"
 #include "seccomp_filter.h"
@@ -23,7 +24,8 @@
 static cs_daemon_config cfg;
 static cs_agent_tls_config agent_tls;
 static char *scheduler_name, *mode, *agents, *sandbox_image, *run_user;
-static char *kubeconfig, *kube_context, *sandbox_ns, *agent_ns, *agent_selector, *runtime_class;
+static char *kubeconfig, *kube_context, *sandbox_ns, *agent_ns, *agent_selector, *runtime_class,
+        *spawner_image;
 static char *pvc_storage_class, *pvc_workspace_size;
 static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms, agent_port, delete_grace_s;
 static int64_t max_calls_per_tenant;
@@ -92,6 +94,14 @@ static const cs_option options[] = {
           "Kube: runtimeClassName of sandbox pods (empty: none, the cluster's default "
           "runtime).",
           &runtime_class, 0, 0 },
+        { "spawner-image", "COMPUTE_SPAWNER_IMAGE", CS_OPT_STRING, "",
+          "Kube: image holding compute-init at " SPAWNER_IMAGE_BIN ", or \"" SPAWNER_IMAGE_AGENT
+          "\" for the image the node agent pods run (deploy/ sets that): sandbox pods then run "
+          "compute-init as their init, installed by an init container into an emptyDir, and "
+          "execs go through it (the resident exec path; nodes need runsc's host-uds=open, "
+          "docs/deploy.md). Empty (or \"" SPAWNER_IMAGE_AGENT "\" while no agent pod is up): "
+          "pods run a keep-alive shell and every exec is a runsc exec.",
+          &spawner_image, 0, 0 },
         { "pvc-storage-class", "PVC_STORAGE_CLASS", CS_OPT_STRING, "",
           "Kube: StorageClass of workspace PVCs whose CreateSandbox names none (empty: the "
           "cluster's default).",
@@ -129,6 +139,7 @@ static kube_config kube_cfg(void)
                 .agent_selector = agent_selector,
                 .agent_port = agent_port,
                 .runtime_class = runtime_class,
+                .spawner_image = spawner_image,
                 .pvc_storage_class = pvc_storage_class,
                 .pvc_workspace_size = pvc_workspace_size,
                 .delete_grace_s = delete_grace_s,

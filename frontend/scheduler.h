@@ -200,6 +200,7 @@ typedef struct kube_config {
         const char *agent_selector;    /* label selector of the node agent pods */
         int64_t agent_port;            /* when the agent pod names no "grpc" port */
         const char *runtime_class;
+        const char *spawner_image;     /* compute-init's image for sandbox pods; "": none */
         const char *pvc_storage_class; /* "": the cluster's default */
         const char *pvc_workspace_size;
         int64_t delete_grace_s;     /* PVC delete-after = destroy time + this */

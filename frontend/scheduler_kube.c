@@ -177,6 +177,11 @@ static int kube_create(scheduler *s, const fe_spec *in, const fe_ctx *ctx, fe_vi
 {
         kube *k = KUBE(s);
         _cleanup_free_ char *coll = kapi_pods_path(k);
+        /* "agent": compute-init comes from the image the node agents run, so a sandbox and
+         * the agent that serves it speak the same protocol version. */
+        _cleanup_free_ char *spawner = strcmp(k->spawner_image, SPAWNER_IMAGE_AGENT) == 0
+                                               ? kagent_image(k)
+                                               : cs_xstrdup(k->spawner_image);
         _cleanup_json_ json_t *pod = NULL;
         int64_t deadline = min64(ctx->deadline_ms, cs_now_monotonic_ms() + CREATE_WAIT_MS);
         char name[4 + 32 + 1];
@@ -199,7 +204,7 @@ static int kube_create(scheduler *s, const fe_spec *in, const fe_ctx *ctx, fe_vi
                                             "again",
                                             k->ns, name);
                 cs_uuid_generate(new_id);
-                body = kobj_pod_build(k->ns, k->runtime_class, &spec, name, new_id);
+                body = kobj_pod_build(k->ns, k->runtime_class, spawner, &spec, name, new_id);
                 if (kapi_request(k->kc, ctx, "POST", coll, body, &r, err) < 0)
                         return -1;
                 if (r.status == 201 || r.status == 200) {
@@ -663,6 +668,7 @@ static void kube_free(scheduler *s)
         free(k->ns);
         free(k->agent_ns);
         free(k->runtime_class);
+        free(k->spawner_image);
         free(k->storage_class);
         free(k->size);
         pthread_mutex_destroy(&k->lock);
@@ -690,6 +696,7 @@ scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
         k->s.ops = &kube_ops;
         pthread_mutex_init(&k->lock, NULL);
         k->runtime_class = cs_xstrdup(cfg->runtime_class ?: "");
+        k->spawner_image = cs_xstrdup(cfg->spawner_image ?: "");
         k->storage_class = cs_xstrdup(cfg->pvc_storage_class ?: "");
         k->size = cs_xstrdup(cfg->pvc_workspace_size && cfg->pvc_workspace_size[0]
                                      ? cfg->pvc_workspace_size

@@ -38,7 +38,7 @@ typedef struct kube {
         kube_client *kc;
         kube_cache *pods, *agents;
         kube_cache *pvcs; /* the workspace PVCs: metrics only (compute_workspace_pvcs_expired) */
-        char *ns, *agent_ns, *runtime_class, *storage_class, *size;
+        char *ns, *agent_ns, *runtime_class, *spawner_image, *storage_class, *size;
         int64_t agent_port, delete_grace_s, agent_timeout_ms, wait_ready_ms;
 
         pthread_mutex_t lock; /* the channel pool: channels, their refs, swept_ms */
@@ -123,3 +123,6 @@ int kagent_usage(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, usage_
 
 /* Frees every channel (the scheduler is going away: no route is held any more). */
 void kagent_channels_free(kube *k);
+/* The image of a node agent pod that is up (its first container's), malloc'd; NULL when no
+ * agent pod is up. --spawner-image agent: sandbox pods take compute-init from it. */
+char *kagent_image(kube *k);

@@ -11,6 +11,12 @@ the way the DaemonSet controller and the kubelet would leave them (labelled, bou
 node, Running, with a podIP and a container port named "grpc"), so the frontend finds them
 exactly as in a cluster.
 
+Sandbox pods take the resident exec path as deployed (deploy/frontend.yaml's
+COMPUTE_SPAWNER_IMAGE=agent): the agent pods name an image whose only file is the build's
+compute-init at /usr/local/bin/compute-init (made in the images directory for the stack's
+life), the frontends run with --spawner-image agent, and the simulated nodes' runsc has
+host-uds=open (a node can be made without it: Node(..., host_uds=None)).
+
 The internal link is mutual TLS, as deployed: the certificates are made by running the
 openssl commands of docs/rpc.md ("Making certificates with openssl") as written."""
 import os
@@ -51,10 +57,21 @@ def make_certificates(directory):
     return directory
 
 
+def make_spawner_image(build_dir, images_dir, reference):
+    """The agent image as far as sandbox pods use it: a root holding only the static
+    compute-init at /usr/local/bin (deploy/Dockerfile puts it there), which their init
+    container runs with --install. Returns its directory."""
+    root = os.path.join(images_dir, reference)
+    os.makedirs(os.path.join(root, "usr", "local", "bin"))
+    shutil.copy2(os.path.join(build_dir, "bin", "compute-init"),
+                 os.path.join(root, "usr", "local", "bin", "compute-init"))
+    return root
+
+
 class Node:
     """A simulated node: its kubelet and its node agent."""
 
-    def __init__(self, stack, name):
+    def __init__(self, stack, name, host_uds="open"):
         self.stack = stack
         self.name = name
         # Short paths: runsc keeps sockets under its root.
@@ -64,7 +81,7 @@ class Node:
         self.kubelet = KubeletSim(kubeconfig=stack.api.kubeconfig_path, node_name=name,
                                   state_dir=os.path.join(self.dir, "k"),
                                   runsc_root=self.runsc_root, cgroup_prefix=self.cgroup_prefix,
-                                  images_dir=stack.images_dir)
+                                  images_dir=stack.images_dir, host_uds=host_uds)
         self.kubelet.start()
         self.agent = None
         tls = stack.tls_dir
@@ -93,7 +110,7 @@ class Node:
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": self.agent_pod, "labels": dict([AGENT_LABEL])},
                 "spec": {"nodeName": self.name, "containers": [{
-                    "name": "agent", "image": "compute-nodeagent:test",
+                    "name": "agent", "image": self.stack.spawner_image,
                     "ports": [{"name": "grpc", "containerPort": self.agent.port}]}]}})
         api.patch_status("pods", AGENT_NS, self.agent_pod, {
             "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
@@ -119,6 +136,7 @@ class KubeFrontend(FrontendProcess):
     def argv_tail(self):
         tls = self.stack.tls_dir
         return ["--scheduler", "kube", "--kubeconfig", self.stack.api.kubeconfig_path,
+                "--spawner-image", "agent",
                 "--sandbox-namespace", SANDBOX_NS, "--agent-namespace", AGENT_NS,
                 "--sandbox-image", SANDBOX_IMAGE, "--log-level", "debug",
                 "--agent-tls-ca", f"{tls}/ca.crt", "--agent-tls-cert", f"{tls}/frontend.crt",
@@ -126,16 +144,20 @@ class KubeFrontend(FrontendProcess):
 
 
 class KubeStack:
-    def __init__(self, build_dir, nodes=("node-1",), images_dir=IMAGES_DIR):
+    def __init__(self, build_dir, nodes=("node-1",), images_dir=IMAGES_DIR, host_uds="open"):
         self.build_dir = build_dir
         self.images_dir = images_dir  # the nodes' images: <images_dir>/<image> is its root
         self.dir = tempfile.mkdtemp(prefix="csk-stack-", dir="/tmp")
         self.api = ApiServer(os.path.join(self.dir, "api")).start()
         self.nodes, self.frontends = [], []
+        self.spawner_image = f"compute-spawner-{os.getpid()}-{uuid.uuid4().hex[:6]}:test"
+        self.spawner_image_dir = None
         try:
+            self.spawner_image_dir = make_spawner_image(build_dir, images_dir,
+                                                        self.spawner_image)
             self.tls_dir = make_certificates(os.path.join(self.dir, "tls"))
             for n in nodes:
-                self.nodes.append(Node(self, n))
+                self.nodes.append(Node(self, n, host_uds=host_uds))
         except BaseException:
             self.close()  # nothing half-started stays behind
             raise
@@ -184,6 +206,8 @@ class KubeStack:
             if rc != 0:
                 report.append(f"agent on {n.name} exited {rc}:\n{tail}")
         self.api.stop()
+        if self.spawner_image_dir:
+            shutil.rmtree(self.spawner_image_dir, ignore_errors=True)
         if not report:
             shutil.rmtree(self.dir, ignore_errors=True)
         return not report, "\n".join(report)

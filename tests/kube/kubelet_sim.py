@@ -343,7 +343,7 @@ class KubeletSim:
     def __init__(self, kubeconfig=None, node_name="node-1", state_dir=None, runsc_root=None,
                  cgroup_prefix="compute-test-kubelet", runtime_classes=("gvisor",), client=None,
                  cri=None, node_ip="127.0.0.1", schedule=True, bind_pvcs=True, verbose=False,
-                 pod_workers=8, images_dir=None):
+                 pod_workers=8, images_dir=None, host_uds="open"):
         self.node = node_name
         self.state_dir = os.path.abspath(state_dir or tempfile.mkdtemp(prefix="kubelet-sim-"))
         os.makedirs(os.path.join(self.state_dir, "volumes"), exist_ok=True)
@@ -351,7 +351,7 @@ class KubeletSim:
         if cri is None:
             import cri as cri_mod
             cri = cri_mod.CriRuntime(runsc_root, os.path.join(self.state_dir, "cri"), cgroup_prefix,
-                                     images_dir=images_dir)
+                                     images_dir=images_dir, host_uds=host_uds)
         self.cri = cri
         self.runtime_classes = set(runtime_classes)
         self.node_ip = node_ip
@@ -524,6 +524,8 @@ class KubeletSim:
         vdir = os.path.join(self.state_dir, "volumes")
         for uid in os.listdir(vdir):
             path = os.path.join(vdir, uid)
+            if uid == "pods":  # the pods' emptyDirs, not a PVC's volume
+                continue
             if uid not in live and path not in used:
                 shutil.rmtree(path, ignore_errors=True)
                 self._log("reclaimed volume %s" % uid)
@@ -711,7 +713,10 @@ class KubeletSim:
                 path = self.volume_dir(pvc)
                 os.makedirs(path, exist_ok=True)
             elif "emptyDir" in v:
-                path = os.path.join(self.state_dir, "pods", r.uid, "volumes", vm["name"])
+                # Where a kubelet keeps it (pods/<uid>/volumes/kubernetes.io~empty-dir/<name>),
+                # under the volume root the node agent is given.
+                path = os.path.join(self.state_dir, "volumes", "pods", r.uid, "volumes",
+                                    "kubernetes.io~empty-dir", vm["name"])
                 os.makedirs(path, exist_ok=True)
             else:
                 continue

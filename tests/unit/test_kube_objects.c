@@ -206,7 +206,7 @@ static void test_quantity_and_class_names(void **state)
 static void test_pod_fields(void **state)
 {
         kobj_spec spec = full_spec();
-        _cleanup_json_ json_t *pod = kobj_pod_build("sbx-ns", "gvisor", &spec, "sbx-abc", ID);
+        _cleanup_json_ json_t *pod = kobj_pod_build("sbx-ns", "gvisor", NULL, &spec, "sbx-abc", ID);
         json_t *spec_j, *c, *cmd, *res;
 
         (void)state;
@@ -270,6 +270,47 @@ static void test_pod_fields(void **state)
         assert_null(at(pod, "metadata.ownerReferences"));
 }
 
+/* The resident exec path's pod: compute-init installed by an init container of the spawner
+ * image into an emptyDir and run as the sandbox's init; both emptyDirs mounted read-only in
+ * the sandbox container, the workspace still the first mount (kobj_workspace_mount_path). */
+static void test_pod_with_spawner(void **state)
+{
+        kobj_spec spec = full_spec();
+        _cleanup_json_ json_t *pod = kobj_pod_build(
+                "ns", "gvisor", "registry.example/compute-agent:1", &spec, "sbx-x", ID);
+        json_t *spec_j = json_object_get(pod, "spec"), *ic, *c, *mounts, *vols;
+
+        (void)state;
+        assert_int_equal(json_array_size(json_object_get(spec_j, "initContainers")), 1);
+        ic = json_array_get(json_object_get(spec_j, "initContainers"), 0);
+        assert_string_equal(str_at(ic, "name"), SPAWNER_INIT_CONTAINER);
+        assert_string_equal(str_at(ic, "image"), "registry.example/compute-agent:1");
+        assert_string_equal(json_string_value(json_array_get(json_object_get(ic, "command"), 0)),
+                            SPAWNER_IMAGE_BIN);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(ic, "command"), 1)),
+                            "--install");
+        assert_string_equal(json_string_value(json_array_get(json_object_get(ic, "command"), 2)),
+                            "/.compute/bin/compute-init");
+        /* Its resources are the sandbox's: the pod's effective requests do not change. */
+        assert_string_equal(str_at(ic, "resources.limits.cpu"), "250m");
+        assert_string_equal(str_at(ic, "resources.requests.memory"), "134217728");
+
+        c = json_array_get(json_object_get(spec_j, "containers"), 0);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(c, "command"), 0)),
+                            "/.compute/bin/compute-init");
+        assert_string_equal(json_string_value(json_array_get(json_object_get(c, "command"), 2)),
+                            "/.compute/run/spawner.sock");
+        mounts = json_object_get(c, "volumeMounts");
+        assert_int_equal(json_array_size(mounts), 3);
+        assert_string_equal(kobj_workspace_mount_path(pod), "/data");
+        for (size_t i = 1; i < 3; i++)
+                assert_true(json_is_true(json_object_get(json_array_get(mounts, i), "readOnly")));
+        vols = json_object_get(spec_j, "volumes");
+        assert_int_equal(json_array_size(vols), 3);
+        assert_non_null(at(json_array_get(vols, 1), "emptyDir"));
+        assert_non_null(at(json_array_get(vols, 2), "emptyDir"));
+}
+
 static void test_pod_without_runtime_class_and_odd_ids(void **state)
 {
         kobj_spec spec = full_spec();
@@ -279,7 +320,7 @@ static void test_pod_without_runtime_class_and_odd_ids(void **state)
         (void)state;
         spec.tenant_id = "org/team";  /* '/' is not a label value character */
         spec.session_id = "-session"; /* nor a leading '-' */
-        pod = kobj_pod_build("ns", "", &spec, "sbx-x", ID);
+        pod = kobj_pod_build("ns", "", "", &spec, "sbx-x", ID);
         assert_null(at(pod, "spec.runtimeClassName"));
         assert_null(kobj_label(pod, LABEL_TENANT_ID));
         assert_null(kobj_label(pod, LABEL_SESSION_ID));
@@ -294,7 +335,7 @@ static void test_pod_without_runtime_class_and_odd_ids(void **state)
         sixty_four[64] = '\0';
         spec.tenant_id = sixty_three;
         spec.session_id = sixty_four;
-        pod2 = kobj_pod_build("ns", "", &spec, "sbx-x", ID);
+        pod2 = kobj_pod_build("ns", "", "", &spec, "sbx-x", ID);
         assert_string_equal(kobj_label(pod2, LABEL_TENANT_ID), sixty_three);
         assert_null(kobj_label(pod2, LABEL_SESSION_ID));
 }
@@ -447,7 +488,7 @@ static void test_pod_status(void **state)
 static json_t *built_pod_with_status(const char *status_json)
 {
         kobj_spec spec = full_spec();
-        json_t *pod = kobj_pod_build("ns", "gvisor", &spec, "sbx-x", ID);
+        json_t *pod = kobj_pod_build("ns", "gvisor", NULL, &spec, "sbx-x", ID);
 
         json_object_set_new(pod, "status", json_loads(status_json, 0, NULL));
         return pod;
@@ -577,6 +618,7 @@ int main(void)
                 cmocka_unit_test(test_spec_checks),
                 cmocka_unit_test(test_quantity_and_class_names),
                 cmocka_unit_test(test_pod_fields),
+                cmocka_unit_test(test_pod_with_spawner),
                 cmocka_unit_test(test_pod_without_runtime_class_and_odd_ids),
                 cmocka_unit_test(test_pvc_fields),
                 cmocka_unit_test(test_destroy_annotations_and_view),
