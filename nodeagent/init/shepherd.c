@@ -187,6 +187,37 @@ static void reap_nohang(run *r)
         }
 }
 
+/* SIGKILL to what is left of a stopped exec's tree until nothing is, every process reaped
+ * into r's usage: a cancel or timeout leaves no survivor, also none forked after the SIGTERM's
+ * walk (a shell that traps TERM may fork its background child just after it). */
+static void kill_rest(run *r)
+{
+        for (;;) {
+                pid_t *pids = NULL;
+                ssize_t n = descendants(&pids);
+                struct rusage ru;
+                int status;
+                pid_t p;
+
+                for (ssize_t i = 0; i < n; i++)
+                        kill(pids[i], SIGKILL);
+                free(pids);
+                p = wait4(-1, &status, 0, &ru);
+                if (p > 0) {
+                        r->user_us += tv_us(ru.ru_utime);
+                        r->system_us += tv_us(ru.ru_stime);
+                        if (p == r->pid) {
+                                r->status = status;
+                                r->exited = true;
+                        }
+                } else if (errno == ECHILD) {
+                        if (n == 0)
+                                return;
+                        usleep(1000); /* descendants whose parents are ending: look again */
+                }
+        }
+}
+
 /* SIGKILL to the whole tree until nothing is left of it, every process reaped. */
 static _Noreturn void kill_all_and_exit(void)
 {
@@ -338,6 +369,7 @@ static bool serve_one(int ctl, int sfd)
         shep_cmd cmd = { 0 };
         shep_msg m = { 0 };
         run r = { 0 };
+        bool stopping = false; /* the agent sent SIGTERM or SIGKILL: no survivor at the end */
         ssize_t n;
 
         f = receive_start(ctl, &cmd.out_fd, &cmd.err_fd);
@@ -409,6 +441,7 @@ static bool serve_one(int ctl, int sfd)
                          * the stream that owns it. */
                         kill_all_and_exit();
                 if (m.op == SHEP_SIGNAL && m.a >= 1 && m.a <= 64) {
+                        stopping = stopping || m.a == SIGTERM || m.a == SIGKILL;
                         signal_tree(r.exited ? 0 : r.pid, m.a);
                 } else if (m.op == SHEP_FINISH) {
                         bool alone;
@@ -417,6 +450,10 @@ static bool serve_one(int ctl, int sfd)
                         /* No child left means no descendant left: any would have reparented
                          * to us. */
                         alone = waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD;
+                        if (!alone && stopping) {
+                                kill_rest(&r);
+                                alone = true;
+                        }
                         m = (shep_msg){ .op = SHEP_DONE,
                                         .a = r.status,
                                         .b = alone,

@@ -433,6 +433,26 @@ class SpawnerTest(SpawnerCase):
         self.assertEqual(e.signal, signal.SIGKILL)
         self.assertEqual(wait_gone(pids), [])
 
+    def test_child_forked_after_the_sigterm_does_not_survive(self):
+        # A shell whose TERM trap forks a child and exits: the child is born after the
+        # SIGTERM's walk of the tree, so only the stop's end can take it (CI saw such a
+        # `sleep` outlive a cancel). Without a stop, a background child is left running.
+        c = self.conn
+        c.start(1, [SH, "-c", "trap 'sleep 777 & echo $! > late; exit 3' TERM; echo ready; "
+                              "while :; do sleep 0.05; done"], cwd=self.dir)
+        c.wait(lambda: c.output(1, 1) == b"ready\n")
+        c.signal(1, signal.SIGTERM)
+        e = c.wait_exited(1)
+        self.assertEqual(e.exit_code, 3)
+        with open(os.path.join(self.dir, "late")) as f:
+            late = int(f.read())
+        self.assertEqual(wait_gone([late], 0.5), [])
+        c.start(2, [SH, "-c", "sleep 778 & echo $!"])
+        e = c.wait_exited(2)
+        bg = int(c.output(2, 1))
+        self.assertTrue(alive(bg), "a background child of an exec that was not stopped")
+        os.kill(bg, signal.SIGKILL)
+
     def test_signal_right_after_start(self):
         # A cancel that follows the Start at once (before Started) still reaches the command.
         c = self.conn
