@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "spawner_paths.h"
 #include "util.h"
 
 /* The sandbox flags the node agent gives `runsc run` (nodeagent/runtime_runsc.c) with its
- * default --runsc-network, which scripts/bench keeps. */
-static const char *const agent_run_flags[] = { "--network=none", "--overlay2=root:memory" };
+ * default --runsc-network, which scripts/bench keeps, and its default --spawner=on. */
+static const char *const agent_run_flags[] = { "--network=none", "--overlay2=root:memory",
+                                               "--host-uds=open" };
 
 #define EXEC_WARMUP 3
 
@@ -110,8 +112,10 @@ out:
 
 /* --- 2. cold start ---------------------------------------------------------------------- */
 
-/* The bundle the agent wrote for sid, pointed at another workspace and cgroup: the same
- * root, mounts, capabilities, limits and init process as the service's sandboxes. */
+/* The bundle the agent wrote for sid, pointed at another workspace, spawner directory and
+ * cgroup: the same root, mounts, capabilities, limits and init process (compute-init, whose
+ * spawner finds no agent listening in its own directory and keeps retrying, as a sandbox's
+ * does before its agent is there) as the service's sandboxes. */
 static json_t *load_agent_bundle(bench_ctx *b, const char *sid, cs_error **err)
 {
         _cleanup_free_ char *path =
@@ -140,8 +144,21 @@ static int write_direct_bundle(bench_ctx *b, const json_t *agent, const char *di
         }
         json_array_foreach(mounts, i, m)
         {
-                if (strcmp(json_string_value(json_object_get(m, "type")) ?: "", "bind") == 0)
+                const char *dest = json_string_value(json_object_get(m, "destination")) ?: "";
+
+                if (strcmp(json_string_value(json_object_get(m, "type")) ?: "", "bind") != 0 ||
+                    strcmp(dest, CS_SPAWNER_BIN) == 0)
+                        continue; /* compute-init itself is shared, read-only */
+                if (strcmp(dest, CS_SPAWNER_DIR) == 0) {
+                        _cleanup_free_ char *run = cs_xasprintf("%s/run", dir);
+                        if (mkdir(run, 0700) < 0) {
+                                json_decref(doc);
+                                return cs_error_errno(err, errno, "cannot create %s", run);
+                        }
+                        json_object_set_new(m, "source", json_string(run));
+                } else {
                         json_object_set_new(m, "source", json_string(ws));
+                }
         }
         json_object_set_new(json_object_get(doc, "linux"), "cgroupsPath", json_string(cgroup));
         r = json_dump_file(doc, path, JSON_INDENT(1));
@@ -156,10 +173,12 @@ static void remove_direct_bundle(const char *dir, const char *ws)
 {
         _cleanup_free_ char *config = cs_xasprintf("%s/config.json", dir);
         _cleanup_free_ char *log = cs_xasprintf("%s/runsc.log", dir);
+        _cleanup_free_ char *run = cs_xasprintf("%s/run", dir);
 
         unlink(config);
         unlink(log);
         rmdir(ws);
+        rmdir(run);
         rmdir(dir);
 }
 
@@ -194,9 +213,15 @@ static int cold_direct(bench_ctx *b, const json_t *bundle, const char *root, int
         _cleanup_free_ char *log = cs_xasprintf("%s/runsc.log", dir);
         _cleanup_free_ char *cid = cs_xasprintf("bench-cold-%d", n);
         _cleanup_free_ char *cgroup = cs_xasprintf("%s/%s", b->cgroup_parent, cid);
-        const char *run_args[] = {
-                agent_run_flags[0], agent_run_flags[1], "run", "-detach", "-bundle", dir, cid, NULL
-        };
+        const char *run_args[] = { agent_run_flags[0],
+                                   agent_run_flags[1],
+                                   agent_run_flags[2],
+                                   "run",
+                                   "-detach",
+                                   "-bundle",
+                                   dir,
+                                   cid,
+                                   NULL };
         const char *exec_args[] = { "exec", cid, true_cmd[0], NULL };
         const char *kill_args[] = { "kill", cid, "KILL", NULL };
         const char *delete_args[] = { "delete", "-force", cid, NULL };
