@@ -384,16 +384,19 @@ char *kube_workspace_dir(kube_finder *kf, const kube_pod *p, const char *mount_p
 
 char *kube_spawner_dir(kube_finder *kf, const kube_pod *p)
 {
-        static const char empty_dir[] = "/volumes/kubernetes.io~empty-dir/";
         const char *src = kb_mount_source(&p->c, CS_SPAWNER_DIR);
         _cleanup_free_ char *dir = src ? kb_host_path(kf->host_root, src) : NULL;
-        size_t n = strlen(kf->volume_root);
+        _cleanup_free_ char *own = NULL;
+        size_t n;
 
-        /* Only a pod's own emptyDir, beneath the kubelet's volume root: never a hostPath or
-         * anything else a pod spec could point the agent's socket at (no component starts
-         * with a dot: no "..", nothing hidden). */
-        if (!dir || strncmp(dir, kf->volume_root, n) != 0 || dir[n] != '/' ||
-            !strstr(dir + n, empty_dir) || strstr(dir, "/."))
+        /* Only this pod's own emptyDir, where the kubelet keeps it: <volume root>/<pod
+         * uid>/volumes/kubernetes.io~empty-dir/<name>. Never a hostPath, another pod's volume
+         * or anything else a pod spec could point the agent's socket at. */
+        if (!dir || !p->c.pod_uid[0] || strchr(p->c.pod_uid, '/') || p->c.pod_uid[0] == '.')
+                return NULL;
+        own = cs_xasprintf("%s/%s/volumes/kubernetes.io~empty-dir/", kf->volume_root, p->c.pod_uid);
+        n = strlen(own);
+        if (strncmp(dir, own, n) != 0 || !dir[n] || dir[n] == '.' || strchr(dir + n, '/'))
                 return NULL;
         return TAKE_PTR(dir);
 }

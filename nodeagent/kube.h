@@ -68,8 +68,9 @@ int kube_list(kube_finder *kf, const char *container_name, kube_pod **ret, size_
 char *kube_workspace_dir(kube_finder *kf, const kube_pod *p, const char *mount_path);
 /* The host directory of the pod's compute-run emptyDir (mounted at CS_SPAWNER_DIR in the
  * container: the frontend's --spawner-image pods), where the agent listens for compute-init;
- * NULL when the container has none, or its source is not an emptyDir beneath the volume
- * root. Malloc'd. */
+ * NULL when the container has none, or its source is not the pod's own emptyDir as the
+ * kubelet keeps it (<volume root>/<pod uid>/volumes/kubernetes.io~empty-dir/<name>).
+ * Malloc'd. */
 char *kube_spawner_dir(kube_finder *kf, const kube_pod *p);
 
 /* Opens a workspace directory kube_workspace_dir gave: only beneath the volume root (the

@@ -521,12 +521,11 @@ class KubeletSim:
         live = {p["metadata"]["uid"] for p in self.pvcs.items()}
         with self.lock:
             used = {d for r in self.records.values() if not r.stopped for d in getattr(r, "volumes", [])}
+            pods = set(self.records)  # <pod uid>/: the pod's emptyDirs, while it is known
         vdir = os.path.join(self.state_dir, "volumes")
         for uid in os.listdir(vdir):
             path = os.path.join(vdir, uid)
-            if uid == "pods":  # the pods' emptyDirs, not a PVC's volume
-                continue
-            if uid not in live and path not in used:
+            if uid not in live and uid not in pods and path not in used:
                 shutil.rmtree(path, ignore_errors=True)
                 self._log("reclaimed volume %s" % uid)
 
@@ -713,9 +712,9 @@ class KubeletSim:
                 path = self.volume_dir(pvc)
                 os.makedirs(path, exist_ok=True)
             elif "emptyDir" in v:
-                # Where a kubelet keeps it (pods/<uid>/volumes/kubernetes.io~empty-dir/<name>),
-                # under the volume root the node agent is given.
-                path = os.path.join(self.state_dir, "volumes", "pods", r.uid, "volumes",
+                # Where a kubelet keeps it (<pods dir>/<pod uid>/volumes/kubernetes.io~empty-
+                # dir/<name>), under the volume root the node agent is given.
+                path = os.path.join(self.state_dir, "volumes", r.uid, "volumes",
                                     "kubernetes.io~empty-dir", vm["name"])
                 os.makedirs(path, exist_ok=True)
             else:
