@@ -57,6 +57,8 @@ const char *const agent_seccomp_allow[] = {
         "setgid", /* runsc (gofer, sandbox) */
         "setsid", /* runsc */
         "setuid", /* runsc (gofer, sandbox) */
+        "sysinfo", /* glibc's qsort of more than 1 KiB asks sysconf(_SC_PHYS_PAGES): the
+                    * listings of sandboxes, images and directories (CI's kernel log) */
         "uname", "wait4", "waitid",
         /* the rest */
         "ioctl", /* workspace volumes: the loop devices (LOOP_CTL_GET_FREE, LOOP_CONFIGURE,
