@@ -309,6 +309,9 @@ static void *starter_main(void *arg)
         sb_registry *reg = st->reg;
         sandbox *sb = st->sb;
         rt_sandbox_spec spec;
+        cgroup_limits limits = { .cpu_millis = sb->cpu_millis,
+                                 .memory_bytes = sb->memory_bytes,
+                                 .pids_max = reg->cfg.pids_max };
         _cleanup_free_ char *rootfs = NULL, *spawner_dir = NULL;
         cs_error *err = NULL;
         pid_t pid = 0;
@@ -329,10 +332,6 @@ static void *starter_main(void *arg)
                                   .memory_bytes = sb->memory_bytes,
                                   .init_binary = spawner_dir ? reg->cfg.spawner_binary : NULL,
                                   .spawner_dir = spawner_dir };
-        cgroup_limits limits = { .cpu_millis = sb->cpu_millis,
-                                 .memory_bytes = sb->memory_bytes,
-                                 .pids_max = reg->cfg.pids_max };
-
         /* The agent makes the cgroup with its limits and owns it; runsc only joins it. */
         r = cgroup_create(reg->cg, sb->cgroup_path, &limits, &err) < 0 ? -1 : 0;
         if (r == 0)
