@@ -884,9 +884,12 @@ static void lib_hierarchies_done(lib_hierarchies *h)
 
 /* Adds to cg every controller libcgroup lists in fs's hierarchies (v2: the root mount; v1:
  * each mount directly under the root, as runsc makes the cgroup under each) but `skip` (NULL:
- * none), and to h the cgroup's directory in each distinct mount. */
-static int lib_collect(const cgroup_fs *fs, const char *rel, const char *skip, struct cgroup *cg,
-                       lib_hierarchies *h, cs_error **err)
+ * none) and, with v1_only, a v1 root's cgroup2 mount (a hybrid host's "unified": runsc makes
+ * nothing there, and a controller the kernel left to it, such as hugetlb, cannot be enabled
+ * in a new child: libcgroup's write of "+hugetlb" fails with ENOENT), and to h the cgroup's
+ * directory in each distinct mount. */
+static int lib_collect(const cgroup_fs *fs, const char *rel, const char *skip, bool v1_only,
+                       struct cgroup *cg, lib_hierarchies *h, cs_error **err)
 {
         struct cgroup_mount_point info;
         void *handle = NULL;
@@ -901,6 +904,8 @@ static int lib_collect(const cgroup_fs *fs, const char *rel, const char *skip, s
                                                 : !is_hierarchy_of(info.path, fs->root))
                         continue;
                 if (skip && strcmp(info.name, skip) == 0)
+                        continue;
+                if (v1_only && fs->version == CS_CGROUP_V1 && is_v2_dir(info.path))
                         continue;
                 if (!cgroup_add_controller(cg, info.name)) {
                         cgroup_get_controller_end(&handle);
@@ -945,7 +950,7 @@ static int lib_remove(const cgroup_fs *fs, const char *rel, cs_error **err)
         cg = cgroup_new_cgroup(rel);
         if (!cg)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: cannot name %s", rel);
-        if (lib_collect(fs, rel, NULL, cg, &h, err) < 0)
+        if (lib_collect(fs, rel, NULL, false, cg, &h, err) < 0)
                 return -1;
         if (h.n == 0)
                 return 0; /* nothing mounted under the root any more */
@@ -1032,7 +1037,8 @@ int cgroup_create(const cgroup_fs *fs, const char *path, const cgroup_limits *li
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: cannot name %s", rel);
         /* Not a v1 cpuset: a new one has no CPUs and no memory nodes, and nothing can join it
          * until they are copied from the parent, which runsc does when it makes it. */
-        if (lib_collect(fs, rel, fs->version == CS_CGROUP_V1 ? "cpuset" : NULL, cg, &h, err) < 0 ||
+        if (lib_collect(fs, rel, fs->version == CS_CGROUP_V1 ? "cpuset" : NULL, true, cg, &h, err) <
+                    0 ||
             lib_set_limits(fs, cg, lim, err) < 0)
                 return -1;
         if (h.n == 0)
