@@ -40,11 +40,18 @@
  * the concurrency halves the throughput (measured at 32 execs at once: 57 to 60 execs/s with
  * 8, 130 with 32): completions come in batches, and every shepherd closed for want of room
  * is a fork on a later Start's path. */
-#define POOL_SIZE      32
-#define POOL_AHEAD     1
-#define POOL_IDLE_MS   10000
-#define BACKOFF_MIN_MS 10
-#define BACKOFF_MAX_MS 1000
+#define POOL_SIZE    32
+#define POOL_AHEAD   1
+#define POOL_IDLE_MS 10000
+/* Reconnecting: 10 ms doubling to 100 ms for the first BACKOFF_EAGER_MS of a disconnected
+ * spell, then to 1 s. The agent may start listening only when a first call names the sandbox
+ * (a kube pod: on the call that finds its container), and that call waits for the Hello: a
+ * 1 s step there is up to a second on the user's first command. An idle spell past a minute
+ * costs one connect attempt a second. */
+#define BACKOFF_MIN_MS       10
+#define BACKOFF_EAGER_MS     60000
+#define BACKOFF_CAP_EAGER_MS 100
+#define BACKOFF_MAX_MS       1000
 
 typedef struct out_frame {
         struct out_frame *next;
@@ -693,13 +700,16 @@ static void send_hello(void)
         send_frame(&f);
 }
 
-/* Connects, with a backoff from 10 ms to 1 s while the agent is away; reaps meanwhile. */
+/* Connects, with a backoff (BACKOFF_*) while the agent is away; reaps meanwhile. */
 static void connect_loop(void)
 {
         int backoff = BACKOFF_MIN_MS, last_errno = 0;
+        int64_t since = init_now_ms();
 
         for (;;) {
                 struct pollfd p = { .fd = S.sfd, .events = POLLIN };
+                int cap = init_now_ms() - since < BACKOFF_EAGER_MS ? BACKOFF_CAP_EAGER_MS
+                                                                   : BACKOFF_MAX_MS;
 
                 S.conn = conn_open();
                 if (S.conn >= 0)
@@ -709,7 +719,7 @@ static void connect_loop(void)
                 last_errno = errno;
                 if (poll(&p, 1, backoff) > 0)
                         reap_children();
-                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+                backoff = backoff * 2 > cap ? cap : backoff * 2;
         }
         spawn_reader_init(&S.reader, SPAWN_MAX_AGENT_FRAME);
         send_hello();
