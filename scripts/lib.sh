@@ -34,11 +34,11 @@ CS_APT_RUNSC_PIN=/etc/apt/preferences.d/compute-trixie-runsc
 # stored as IMAGES_DIR/$CS_DEFAULT_IMAGE (scripts/run, scripts/test, scripts/bench).
 CS_DEFAULT_IMAGE=debian:bookworm-compute
 CS_DEFAULT_IMAGE_PACKAGES=bash,coreutils,python3,ca-certificates,git,curl,procps,findutils,grep,sed,tar,gzip,less,diffutils
-# What the image is made of beyond its packages, recorded with them in its stamp (a change
-# rebuilds it): the C.UTF-8 locale (the commands' LANG) also in a locale archive, so that a
-# command's setlocale() maps one file instead of opening twelve, each a gofer round trip in
-# gVisor: 6 to 8 ms less per command (docs/performance.md, "The resident exec path").
-CS_DEFAULT_IMAGE_RECIPE="$CS_DEFAULT_IMAGE_PACKAGES;locale-archive:C.utf8"
+# Beyond its packages, the image has the C.UTF-8 locale (the commands' LANG) also in a locale
+# archive, so that a command's setlocale() maps one file instead of opening twelve, each a
+# gofer round trip in gVisor: 6 to 8 ms less per command (docs/performance.md, "The resident
+# exec path"). An image without the archive is built anew.
+CS_DEFAULT_IMAGE_ARCHIVE=usr/lib/locale/locale-archive
 
 cs_log() {
         printf '%s: %s\n' "$(basename "$0")" "$*" >&2
@@ -108,11 +108,12 @@ cs_install_deps() {
 # cs_default_image IMAGES_DIR: builds the default sandbox image into IMAGES_DIR unless it is
 # there already (built once, reused). The build goes to a temporary directory renamed into
 # place at the end, so an interrupted build leaves no half image. A stamp file records the
-# recipe (CS_DEFAULT_IMAGE_RECIPE): a changed one builds the image anew.
+# package list: a changed list (or no locale archive) builds the image anew.
 cs_default_image() {
         local dir=$1 image="$1/$CS_DEFAULT_IMAGE" tmp start
         local stamp="$1/.$CS_DEFAULT_IMAGE.packages"
-        if [ -d "$image" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$CS_DEFAULT_IMAGE_RECIPE" ]; then
+        if [ -f "$image/$CS_DEFAULT_IMAGE_ARCHIVE" ] &&
+                [ "$(cat "$stamp" 2>/dev/null)" = "$CS_DEFAULT_IMAGE_PACKAGES" ]; then
                 return 0
         fi
         # 0700 up from the first directory made (the agent's state directory, when the images
@@ -135,7 +136,7 @@ cs_default_image() {
         fi
         cs_as_root rm -rf "$image"
         cs_as_root mv "$tmp" "$image"
-        printf '%s\n' "$CS_DEFAULT_IMAGE_RECIPE" | cs_as_root tee "$stamp" >/dev/null
+        printf '%s\n' "$CS_DEFAULT_IMAGE_PACKAGES" | cs_as_root tee "$stamp" >/dev/null
         cs_log "built $CS_DEFAULT_IMAGE in $(($(date +%s) - start)) s" \
                 "($(du -sm "$image" | cut -f1) MiB)"
 }
