@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "daemon.h"
 #include "signals.h"
 #include "util.h"
 
@@ -26,7 +27,26 @@ enum {
         OPT_ADDR = 1,
         OPT_JSON,
         OPT_TIMEOUT,
+        OPT_TLS,
+        OPT_TLS_CA,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_TLS_SERVER_NAME,
 };
+
+/* TLS to the service (--tls and the --tls-* files): off unless asked for; any --tls-* flag
+ * turns it on. The CA defaults to the system's bundle. */
+#define TLS_ENV             "COMPUTE_TLS"
+#define TLS_CA_ENV          "COMPUTE_TLS_CA_FILE"
+#define TLS_CERT_ENV        "COMPUTE_TLS_CERT_FILE"
+#define TLS_KEY_ENV         "COMPUTE_TLS_KEY_FILE"
+#define TLS_SERVER_NAME_ENV "COMPUTE_TLS_SERVER_NAME"
+#define TLS_SYSTEM_CA       "/etc/ssl/certs/ca-certificates.crt"
+
+static struct {
+        bool on;
+        cs_client_tls_config files;
+} tls;
 
 static const cli_option global_options[] = {
         { OPT_ADDR, "addr", 0, "HOST:PORT",
@@ -35,6 +55,20 @@ static const cli_option global_options[] = {
           "Machine-readable output: one JSON object per line on stdout (see each command)." },
         { OPT_TIMEOUT, "timeout", 0, "SECONDS",
           "Deadline of each unary call (s, m or h suffix allowed; 0: none). Default: 30." },
+        { OPT_TLS, "tls", 0, NULL,
+          "Connect over TLS, checking the service's certificate against the system's CAs "
+          "(" TLS_SYSTEM_CA ") or --tls-ca. Implied by the other --tls-* options. "
+          "Env: " TLS_ENV "=1." },
+        { OPT_TLS_CA, "tls-ca", 0, "FILE",
+          "PEM file of the CA(s) the service's certificate must chain to. Env: " TLS_CA_ENV "." },
+        { OPT_TLS_CERT, "tls-cert", 0, "FILE",
+          "PEM file of a client certificate, for a service that requires one (mutual TLS); "
+          "with --tls-key. Env: " TLS_CERT_ENV "." },
+        { OPT_TLS_KEY, "tls-key", 0, "FILE",
+          "PEM file of the private key of --tls-cert (unencrypted). Env: " TLS_KEY_ENV "." },
+        { OPT_TLS_SERVER_NAME, "tls-server-name", 0, "NAME",
+          "The DNS name the service's certificate must carry (default: the host of --addr). "
+          "Env: " TLS_SERVER_NAME_ENV "." },
 };
 
 static const cli_command global = {
@@ -71,6 +105,16 @@ int cli_fail(const cs_error *err)
 {
         fprintf(stderr, CLI_NAME ": %s: %s\n", cs_status_name(err->code),
                 err->msg ? err->msg : "(no message)");
+        /* gRPC says no more than that the connection failed: name the likely TLS causes. */
+        if (err->code == GRPC_STATUS_UNAVAILABLE && tls.on)
+                fprintf(stderr,
+                        CLI_NAME ": no connection over TLS: check that the service serves "
+                                 "TLS, that its certificate chains to --tls-ca and names the host "
+                                 "(or --tls-server-name), and whether it requires a client "
+                                 "certificate (--tls-cert, --tls-key)\n");
+        else if (err->code == GRPC_STATUS_UNAVAILABLE)
+                fprintf(stderr, CLI_NAME ": no connection: is the service up at that address? If "
+                                         "it serves TLS, add --tls (and --tls-ca FILE)\n");
         return CLI_EXIT_ERROR;
 }
 
@@ -200,6 +244,57 @@ typedef struct global_state {
         cli_ctx *ctx;
 } global_state;
 
+static int tls_option(int id, const char *value)
+{
+        const char **field = id == OPT_TLS_CA            ? &tls.files.ca
+                             : id == OPT_TLS_CERT        ? &tls.files.cert
+                             : id == OPT_TLS_KEY         ? &tls.files.key
+                             : id == OPT_TLS_SERVER_NAME ? &tls.files.server_name
+                                                         : NULL;
+
+        for (size_t i = 0; field && !*value && i < ARRAY_SIZE(global_options); i++)
+                if (global_options[i].id == id)
+                        return cli_usage_error(&global, "--%s: empty value",
+                                               global_options[i].name);
+        if (field)
+                *field = value;
+        tls.on = true;
+        return 0;
+}
+
+/* The TLS environment variables, before the options (which override them). */
+static void tls_from_env(void)
+{
+        const char *on = getenv(TLS_ENV);
+        const char *const names[] = { TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TLS_SERVER_NAME_ENV };
+        const char **fields[] = { &tls.files.ca, &tls.files.cert, &tls.files.key,
+                                  &tls.files.server_name };
+
+        tls.on = on && (strcmp(on, "1") == 0 || strcmp(on, "true") == 0);
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                const char *v = getenv(names[i]);
+                if (v && *v) {
+                        *fields[i] = v;
+                        tls.on = true;
+                }
+        }
+}
+
+/* Reads and checks the TLS files (as the daemons check theirs) before any channel is made.
+ * CLI_EXIT_OK, or CLI_EXIT_ERROR after printing why. */
+static int tls_setup(void)
+{
+        _cleanup_error_ cs_error *err = NULL;
+
+        if (!tls.on)
+                return CLI_EXIT_OK;
+        if (!tls.files.ca)
+                tls.files.ca = TLS_SYSTEM_CA;
+        if (cs_client_tls_setup(&tls.files, &err) < 0)
+                return cli_fail(err);
+        return CLI_EXIT_OK;
+}
+
 static int on_global_option(void *state, int id, const char *value)
 {
         cli_ctx *ctx = ((global_state *)state)->ctx;
@@ -219,6 +314,12 @@ static int on_global_option(void *state, int id, const char *value)
                         return -1;
                 ctx->timeout_ms = (int64_t)secs * 1000;
                 return 0;
+        case OPT_TLS:
+        case OPT_TLS_CA:
+        case OPT_TLS_CERT:
+        case OPT_TLS_KEY:
+        case OPT_TLS_SERVER_NAME:
+                return tls_option(id, value);
         }
         return cli_usage_error(&global, "internal error: option %d", id);
 }
@@ -243,6 +344,7 @@ static int parse_global(cli_ctx *ctx, int argc, char **argv)
 
         ctx->addr = env && *env ? env : CLI_DEFAULT_ADDR;
         ctx->timeout_ms = GLOBAL_TIMEOUT_DEFAULT_S * 1000;
+        tls_from_env();
         r = cli_parse(&global, argc, argv, on_global_option, &st, &pos, &n_pos);
         if (r == 1) {
                 print_global_help(stdout);
@@ -275,6 +377,9 @@ int main(int argc, char **argv)
                 return CLI_EXIT_USAGE;
         }
 
+        rc = tls_setup();
+        if (rc != CLI_EXIT_OK)
+                return rc;
         cli_signals_start();
         rpc_global_init();
         rc = cmd->run(&ctx, cmd, argc - idx, argv + idx);

@@ -21,7 +21,7 @@
 #include "signals.h"
 #include "util.h"
 
-static cs_daemon_config cfg;
+static cs_daemon_config cfg = { .public_tls = true }; /* --public-tls-*: CS_PUBLIC_TLS_OPTIONS */
 static cs_agent_tls_config agent_tls;
 static char *scheduler_name, *mode, *agents, *sandbox_image, *run_user;
 static char *kubeconfig, *kube_context, *sandbox_ns, *agent_ns, *agent_selector, *runtime_class,
@@ -113,6 +113,7 @@ static const cs_option options[] = {
           "Kube: how long a destroyed sandbox's workspace PVC is kept (its delete-after is "
           "the destroy time plus this) before the GC deletes it.",
           &delete_grace_s, 0, 366ll * 86400 },
+        CS_PUBLIC_TLS_OPTIONS(cfg),
         CS_AGENT_TLS_OPTIONS(agent_tls),
 };
 
@@ -234,7 +235,9 @@ int main(int argc, char **argv)
         if (r == 0)
                 r = cs_daemon_set_seccomp(&cfg, frontend_seccomp_allow, &err);
         if (r == 0 && strcmp(mode, "gc") != 0)
-                r = cs_daemon_setup_agent_tls(&agent_tls, &err); /* bad files: exit 2 too */
+                r = cs_daemon_check_server_tls(&cfg, &err); /* bad files: exit 2 too */
+        if (r == 0 && strcmp(mode, "gc") != 0)
+                r = cs_daemon_setup_agent_tls(&agent_tls, &err);
         if (r != 0) {
                 if (err)
                         fprintf(stderr, "%s: %s\n", program.name, err->msg);

@@ -14,6 +14,7 @@ const char *const frontend_seccomp_allow[] = {
         /* threads and scheduling */
         "clock_nanosleep", "clone3", "exit", "exit_group", "futex", "rseq", "sched_getparam",
         "sched_getscheduler", "sched_yield", "set_robust_list", "set_tid_address", "tgkill",
+        "gettid", /* gRPC's log line of a failed TLS handshake on the public port names it */
         /* signals */
         "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigtimedwait",
         /* files and directories */
@@ -32,7 +33,7 @@ const char *const frontend_seccomp_allow[] = {
 #if defined(__SANITIZE_ADDRESS__)
         /* The ASan build only: AddressSanitizer's and LeakSanitizer's runtime. */
         "clone", /* LeakSanitizer's tracer thread */
-        "gettid", "sched_getaffinity",
+        "sched_getaffinity",
         "kill", "restart_syscall", "sigaltstack",
         "clock_gettime",
         "getdents", "getdents64", "open", "readlink", "writev",

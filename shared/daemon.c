@@ -48,8 +48,11 @@ enum {
 
 typedef struct tls_files {
         const char *flag[TLS_N]; /* option names, for messages */
+        const char *env;         /* their environment variables, for messages */
         const char *path[TLS_N];
         char *pem[TLS_N];
+        bool ca_optional;   /* certificate and key without the CA: TLS, no client certificates */
+        bool pair_optional; /* the CA without certificate and key: TLS, no client certificate */
 } tls_files;
 
 static bool nonempty(const char *s)
@@ -96,42 +99,77 @@ static void tls_files_free(tls_files *t)
         }
 }
 
-/* Reads and checks a set of TLS files: all three paths or none. Returns 1 with the PEM text
- * in t->pem (free with tls_files_free), 0 when no path is set, -1 with *err. `env` names the
- * environment variables, for the message about a partial set. */
-static int tls_files_load(tls_files *t, const char *env, cs_error **err)
+/* The index of a path of t that is required and missing, or -1 when the set is complete or
+ * empty. Certificate and key go together; the CA too unless ca_optional; certificate and key
+ * may be left out with pair_optional. */
+static int tls_files_missing(const tls_files *t)
 {
+        bool has[TLS_N];
         int given = 0;
 
-        for (int i = 0; i < TLS_N; i++)
-                given += nonempty(t->path[i]);
-        if (given == 0)
-                return 0;
-        if (given < TLS_N) {
-                for (int i = 0; i < TLS_N; i++) {
-                        if (!nonempty(t->path[i]))
-                                return cs_error_set(
-                                        err, GRPC_STATUS_INVALID_ARGUMENT,
-                                        "--%s, --%s and --%s (%s) go together: all three for TLS, "
-                                        "none for plaintext; --%s is missing",
-                                        t->flag[TLS_CA], t->flag[TLS_CERT], t->flag[TLS_KEY], env,
-                                        t->flag[i]);
-                }
-        }
         for (int i = 0; i < TLS_N; i++) {
+                has[i] = nonempty(t->path[i]);
+                given += has[i];
+        }
+        if (given == 0)
+                return -1;
+        for (int i = 0; i < TLS_N; i++) {
+                bool required = i == TLS_CA ? !t->ca_optional
+                                            : !t->pair_optional || has[TLS_CERT] || has[TLS_KEY];
+                if (!has[i] && required)
+                        return i;
+        }
+        return -1;
+}
+
+static int tls_files_missing_error(const tls_files *t, int missing, cs_error **err)
+{
+        const char *const *f = t->flag;
+
+        if (t->ca_optional)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--%s and --%s (%s) go together, and --%s needs them: both "
+                                    "for TLS, neither for plaintext; --%s is missing",
+                                    f[TLS_CERT], f[TLS_KEY], t->env, f[TLS_CA], f[missing]);
+        if (t->pair_optional)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--%s and --%s (%s) go together: a client certificate and "
+                                    "its key; --%s is missing",
+                                    f[TLS_CERT], f[TLS_KEY], t->env, f[missing]);
+        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                            "--%s, --%s and --%s (%s) go together: all three for TLS, none for "
+                            "plaintext; --%s is missing",
+                            f[TLS_CA], f[TLS_CERT], f[TLS_KEY], t->env, f[missing]);
+}
+
+/* Reads and checks a set of TLS files: all three paths or none, but for what ca_optional or
+ * pair_optional let go. Returns 1 with the PEM text in t->pem (NULL for a path not given;
+ * free with tls_files_free), 0 when no path is set, -1 with *err. */
+static int tls_files_load(tls_files *t, cs_error **err)
+{
+        int missing = tls_files_missing(t);
+
+        if (missing >= 0)
+                return tls_files_missing_error(t, missing, err);
+        if (!nonempty(t->path[TLS_CERT]) && !nonempty(t->path[TLS_CA]))
+                return 0; /* none given (a partial set was refused above) */
+        for (int i = 0; i < TLS_N; i++) {
+                if (!nonempty(t->path[i]))
+                        continue; /* an optional part */
                 t->pem[i] = read_pem_file(t->flag[i], t->path[i], err);
                 if (!t->pem[i])
                         goto fail;
         }
-        if (rpc_tls_check_pem(t->pem[TLS_CA], NULL, NULL, err) < 0) {
+        if (t->pem[TLS_CA] && rpc_tls_check_pem(t->pem[TLS_CA], NULL, NULL, err) < 0) {
                 cs_error_prefix(err, "--%s %s", t->flag[TLS_CA], t->path[TLS_CA]);
                 goto fail;
         }
-        if (rpc_tls_check_pem(NULL, t->pem[TLS_CERT], NULL, err) < 0) {
+        if (t->pem[TLS_CERT] && rpc_tls_check_pem(NULL, t->pem[TLS_CERT], NULL, err) < 0) {
                 cs_error_prefix(err, "--%s %s", t->flag[TLS_CERT], t->path[TLS_CERT]);
                 goto fail;
         }
-        if (rpc_tls_check_pem(NULL, t->pem[TLS_CERT], t->pem[TLS_KEY], err) < 0) {
+        if (t->pem[TLS_CERT] &&
+            rpc_tls_check_pem(NULL, t->pem[TLS_CERT], t->pem[TLS_KEY], err) < 0) {
                 cs_error_prefix(err, "--%s %s", t->flag[TLS_KEY], t->path[TLS_KEY]);
                 goto fail;
         }
@@ -143,24 +181,45 @@ fail:
 
 static tls_files server_tls_files(const cs_daemon_config *cfg)
 {
+        if (cfg->public_tls)
+                return (tls_files){ .flag = { "public-tls-client-ca", "public-tls-cert",
+                                              "public-tls-key" },
+                                    .env = "COMPUTE_PUBLIC_TLS_CERT/KEY/CLIENT_CA",
+                                    .path = { cfg->tls_ca, cfg->tls_cert, cfg->tls_key },
+                                    .ca_optional = true };
         return (tls_files){ .flag = { "tls-ca", "tls-cert", "tls-key" },
+                            .env = "COMPUTE_TLS_CA/CERT/KEY",
                             .path = { cfg->tls_ca, cfg->tls_cert, cfg->tls_key } };
 }
 
 int cs_daemon_check_server_tls(const cs_daemon_config *cfg, cs_error **err)
 {
         tls_files t = server_tls_files(cfg);
-        int r = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
+        int r = tls_files_load(&t, err);
 
         tls_files_free(&t);
         return r < 0 ? -1 : 0;
 }
 
+/* Reads t's files and sets the process-wide client TLS (rpc_client_tls_set) from them.
+ * 1: TLS set; 0: no file given, nothing changed; -1 with *err. */
+static int client_tls_set(tls_files *t, const char *server_name, cs_error **err)
+{
+        int r = tls_files_load(t, err);
+
+        if (r <= 0)
+                return r;
+        r = rpc_client_tls_set(t->pem[TLS_CA], t->pem[TLS_CERT], t->pem[TLS_KEY], server_name, err);
+        tls_files_free(t);
+        return r < 0 ? -1 : 1;
+}
+
 int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err)
 {
         tls_files t = { .flag = { "agent-tls-ca", "agent-tls-cert", "agent-tls-key" },
+                        .env = "COMPUTE_AGENT_TLS_CA/CERT/KEY",
                         .path = { tls->ca, tls->cert, tls->key } };
-        int r = tls_files_load(&t, "COMPUTE_AGENT_TLS_CA/CERT/KEY", err);
+        int r = client_tls_set(&t, tls->server_name, err);
 
         if (r < 0)
                 return -1;
@@ -168,11 +227,6 @@ int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err)
                 log_info("internal link: plaintext calls to the node agents (no --agent-tls-*)");
                 return 0;
         }
-        r = rpc_client_tls_set(t.pem[TLS_CA], t.pem[TLS_CERT], t.pem[TLS_KEY], tls->server_name,
-                               err);
-        tls_files_free(&t);
-        if (r < 0)
-                return -1;
         if (nonempty(tls->server_name))
                 log_info("internal link: mutual TLS to the node agents (CA %s, certificate %s); "
                          "agents must present a certificate for \"%s\"",
@@ -182,6 +236,20 @@ int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err)
                          "agents must present a certificate for the host of their address",
                          tls->ca, tls->cert);
         return 0;
+}
+
+int cs_client_tls_setup(const cs_client_tls_config *tls, cs_error **err)
+{
+        tls_files t = { .flag = { "tls-ca", "tls-cert", "tls-key" },
+                        .env = CS_CLIENT_TLS_ENV,
+                        .path = { tls->ca, tls->cert, tls->key },
+                        .pair_optional = true };
+
+        if (!nonempty(tls->ca))
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--tls-ca: no CA file to check the server's certificate "
+                                    "against");
+        return client_tls_set(&t, tls->server_name, err) < 0 ? -1 : 0;
 }
 
 /* --- the server ------------------------------------------------------------------------ */
@@ -300,18 +368,22 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
         if (strncmp(cfg->listen, "unix:", 5) == 0 && unix_listen_prepare(cfg->listen, err) < 0)
                 return NULL;
         t = server_tls_files(cfg);
-        tls = tls_files_load(&t, "COMPUTE_TLS_CA/CERT/KEY", err);
+        tls = tls_files_load(&t, err);
         if (tls < 0)
                 return NULL;
         opts.tls_ca_pem = t.pem[TLS_CA];
         opts.tls_cert_pem = t.pem[TLS_CERT];
         opts.tls_key_pem = t.pem[TLS_KEY];
+        opts.tls_client_ca_optional = t.ca_optional;
         srv = rpc_server_new(&opts); /* copies the PEM text */
-        tls_files_free(&t);
-        if (tls)
+        if (tls && t.pem[TLS_CA])
                 log_info("%s: mutual TLS only: certificate %s; clients must present a certificate "
                          "signed by the CA in %s",
                          cfg->listen, cfg->tls_cert, cfg->tls_ca);
+        else if (tls)
+                log_info("%s: TLS only: certificate %s; no client certificate asked for",
+                         cfg->listen, cfg->tls_cert);
+        tls_files_free(&t);
 
         if (cs_health_register(srv, services, err) < 0) {
                 rpc_server_free(srv);
@@ -473,6 +545,12 @@ int cs_daemon_seccomp_install(const char *name, cs_error **err)
         return 0;
 }
 
+/* For the "serving on" line. */
+static const char *tls_mode(const rpc_server *srv)
+{
+        return rpc_server_tls_mutual(srv) ? " (mutual TLS)" : rpc_server_tls(srv) ? " (TLS)" : "";
+}
+
 int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
         cs_metrics_server *ms = NULL;
@@ -513,11 +591,9 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
         }
         if (unix_socket[0])
                 log_info("%s serving on unix:%s (mode %s%s)%s", name, unix_socket,
-                         listen_group[0] ? "0660, group " : "0600", listen_group,
-                         rpc_server_tls(srv) ? " (mutual TLS)" : "");
+                         listen_group[0] ? "0660, group " : "0600", listen_group, tls_mode(srv));
         else
-                log_info("%s serving on port %d%s", name, rpc_server_port(srv),
-                         rpc_server_tls(srv) ? " (mutual TLS)" : "");
+                log_info("%s serving on port %d%s", name, rpc_server_port(srv), tls_mode(srv));
         sig = cs_signals_wait();
         log_info("%s: %s received, shutting down", name, strsignal(sig));
         cs_metrics_server_stop(ms); /* its collector reads srv */

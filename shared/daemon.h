@@ -11,11 +11,15 @@ typedef struct cs_daemon_config {
         int64_t grace_ms;
         char *log_level;
         char *log_format;
-        /* Server TLS (CS_SERVER_TLS_OPTIONS): paths of PEM files. All empty, or a program
-         * whose table lacks them: plaintext. */
+        /* Server TLS (CS_SERVER_TLS_OPTIONS, or CS_PUBLIC_TLS_OPTIONS with public_tls):
+         * paths of PEM files. All empty, or a program whose table lacks them: plaintext. */
         char *tls_ca;
         char *tls_cert;
         char *tls_key;
+        /* Set by the program before it checks them: the TLS options are the public port's
+         * (--public-tls-*: certificate and key, the client CA optional) rather than the
+         * internal link's (--tls-*: all three or none). */
+        bool public_tls;
         /* CS_METRICS_OPTIONS: where GET /metrics is served (empty: nowhere), and the file
          * holding the bearer token a scrape must present (empty: none). */
         char *metrics_listen;
@@ -134,6 +138,37 @@ typedef struct cs_daemon_config {
                         &(cfg).tls_key, 0, 0                                                       \
         }
 
+/* TLS on the public port (the frontend's compute.v1.ComputeService), as cs_option
+ * initialisers: the program adds these after CS_DAEMON_OPTIONS, sets cfg.public_tls and calls
+ * cs_daemon_check_server_tls() at startup. Certificate and key: TLS only; with the client CA
+ * too: mutual TLS only (every client must present a certificate signed by it). None:
+ * plaintext. They fill the fields CS_SERVER_TLS_OPTIONS does: a program has one or the other. */
+#define CS_PUBLIC_TLS_OPTIONS(cfg)                                                                 \
+        { "public-tls-cert",                                                                       \
+          "COMPUTE_PUBLIC_TLS_CERT",                                                               \
+          CS_OPT_STRING,                                                                           \
+          "",                                                                                      \
+          "PEM file of the public port's certificate (chain, leaf first). With "                   \
+          "--public-tls-key: --listen serves TLS only; both empty: plaintext.",                    \
+          &(cfg).tls_cert,                                                                         \
+          0,                                                                                       \
+          0 },                                                                                     \
+                { "public-tls-key",                                                                \
+                  "COMPUTE_PUBLIC_TLS_KEY",                                                        \
+                  CS_OPT_STRING,                                                                   \
+                  "",                                                                              \
+                  "PEM file of the private key of --public-tls-cert (unencrypted).",               \
+                  &(cfg).tls_key,                                                                  \
+                  0,                                                                               \
+                  0 },                                                                             \
+        {                                                                                          \
+                "public-tls-client-ca", "COMPUTE_PUBLIC_TLS_CLIENT_CA", CS_OPT_STRING, "",         \
+                        "PEM file of the CA that signs client certificates. With "                 \
+                        "--public-tls-cert and --public-tls-key: every client must present a "     \
+                        "certificate signed by it (mutual TLS); empty: none asked for.",           \
+                        &(cfg).tls_ca, 0, 0                                                        \
+        }
+
 /* The frontend's side of the internal link (client TLS to the node agents). */
 typedef struct cs_agent_tls_config {
         char *ca;          /* PEM file: the CA the agents' certificates must chain to */
@@ -186,7 +221,8 @@ typedef struct cs_agent_tls_config {
  * level or format. */
 int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err);
 
-/* Checks the server TLS options: the three files all given or none (INVALID_ARGUMENT
+/* Checks the server TLS options: the three files all given or none (with cfg->public_tls:
+ * certificate and key both or neither, the client CA only with them; INVALID_ARGUMENT
  * otherwise), each readable, the certificates and key well-formed and the key that of the
  * certificate. Call at startup with the other option checks; cs_daemon_server_new() checks
  * again when it reads them. 0 when they are fine or absent, -1 with *err. */
@@ -199,8 +235,26 @@ int cs_daemon_check_server_tls(const cs_daemon_config *cfg, cs_error **err);
  * (before or after rpc_global_init). */
 int cs_daemon_setup_agent_tls(const cs_agent_tls_config *tls, cs_error **err);
 
+/* A client of the public port (computectl's --tls-ca, --tls-cert, --tls-key and
+ * --tls-server-name; CS_CLIENT_TLS_ENV names their environment variables): paths of PEM
+ * files, and the name to check the server's certificate against. */
+typedef struct cs_client_tls_config {
+        const char *ca;          /* required: the CA (bundle) the server's certificate chains to */
+        const char *cert;        /* the client certificate, for a port that asks for one... */
+        const char *key;         /* ...and its key: both or neither */
+        const char *server_name; /* NULL or "": the host of the address */
+} cs_client_tls_config;
+
+#define CS_CLIENT_TLS_ENV "COMPUTE_TLS_CA_FILE/CERT_FILE/KEY_FILE"
+
+/* Reads tls's files, checks them as the daemons' are checked (readable, PEM, the key that of
+ * the certificate) and sets the process-wide client TLS (rpc_client_tls_set) for every
+ * channel made afterwards. 0, or -1 with *err naming the flag and the file. */
+int cs_client_tls_setup(const cs_client_tls_config *tls, cs_error **err);
+
 /* Creates the server for cfg with health checks for `services` (NULL-terminated). With the
- * server TLS options set, the server serves mutual TLS only (the files are read here). */
+ * server TLS options set, the server serves TLS only, mutual when a client CA is set (the
+ * files are read here). */
 rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const *services,
                                  cs_error **err);
 

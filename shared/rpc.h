@@ -115,15 +115,18 @@ typedef struct rpc_server_options {
         unsigned max_calls_per_peer;
         int64_t grace_ms;   /* how long shutdown lets calls finish before cancelling them */
         size_t max_message; /* 0: RPC_MAX_MESSAGE_BYTES */
-        /* Mutual TLS, as PEM text: the server's certificate (chain) and private key, and the
-         * CA every client certificate must chain to. All three set: the port serves TLS only,
-         * requires a client certificate and verifies it against the CA (a client without
-         * one, or with one from another CA, fails its handshake). All NULL: plaintext. Any
-         * other mix fails rpc_server_start() with INVALID_ARGUMENT. Copied by
-         * rpc_server_new(). */
+        /* TLS, as PEM text: the server's certificate (chain) and private key, and the CA
+         * every client certificate must chain to. All three set: the port serves mutual TLS
+         * only: it requires a client certificate and verifies it against the CA (a client
+         * without one, or with one from another CA, fails its handshake). All NULL:
+         * plaintext. Certificate and key without a CA: with tls_client_ca_optional, TLS only
+         * without client certificates (the frontend's public port); without it, like any
+         * other mix, rpc_server_start() fails with INVALID_ARGUMENT (the internal link is
+         * mutual TLS or nothing). Copied by rpc_server_new(). */
         const char *tls_cert_pem;
         const char *tls_key_pem;
         const char *tls_ca_pem;
+        bool tls_client_ca_optional;
 } rpc_server_options;
 
 /* Creates a server. Methods are added with rpc_server_add_method() before rpc_server_start().
@@ -140,8 +143,11 @@ int rpc_server_add_bidi_method(rpc_server *srv, const rpc_bidi_method *method, c
  * rpc_tls_check_pem), UNAVAILABLE when the address cannot be bound. */
 int rpc_server_start(rpc_server *srv, cs_error **err);
 
-/* True when the server was given TLS material (it serves mutual TLS only). */
+/* True when the server was given TLS material (it serves TLS only). */
 bool rpc_server_tls(const rpc_server *srv);
+
+/* True when it also requires client certificates (a client CA was given: mutual TLS). */
+bool rpc_server_tls_mutual(const rpc_server *srv);
 
 /* The bound port (useful with port 0), valid after rpc_server_start(). */
 int rpc_server_port(const rpc_server *srv);

@@ -57,6 +57,7 @@ typedef struct srv_method {
 struct rpc_server {
         char *listen;
         char *tls_cert, *tls_key, *tls_ca; /* PEM copies; all NULL: plaintext */
+        bool tls_client_ca_optional;       /* cert and key alone: TLS without client certs */
         unsigned max_calls;
         cs_share *peer_share; /* calls in flight per peer (rpc_peer_key) */
         int64_t grace_ms;
@@ -864,6 +865,7 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
         srv->tls_cert = opts->tls_cert_pem ? cs_xstrdup(opts->tls_cert_pem) : NULL;
         srv->tls_key = opts->tls_key_pem ? cs_xstrdup(opts->tls_key_pem) : NULL;
         srv->tls_ca = opts->tls_ca_pem ? cs_xstrdup(opts->tls_ca_pem) : NULL;
+        srv->tls_client_ca_optional = opts->tls_client_ca_optional;
         srv->max_calls = opts->max_calls ? opts->max_calls : RPC_DEFAULT_MAX_CALLS;
         /* A share of every call is no share (the global cap refuses first): no table to scan
          * per call then. Each peer in the table holds a call in flight, so it never needs
@@ -1056,20 +1058,29 @@ bool rpc_server_tls(const rpc_server *srv)
         return srv->tls_ca || srv->tls_cert || srv->tls_key;
 }
 
-/* The port's credentials: plaintext, or mutual TLS with a client certificate required and
- * verified against the CA. NULL with *err when the TLS material is incomplete or bad. */
+bool rpc_server_tls_mutual(const rpc_server *srv)
+{
+        return srv->tls_ca != NULL;
+}
+
+/* The port's credentials: plaintext; mutual TLS with a client certificate required and
+ * verified against the CA; or, when the CA is optional and absent, TLS without client
+ * certificates. NULL with *err when the TLS material is incomplete or bad. */
 static grpc_server_credentials *server_credentials(rpc_server *srv, cs_error **err)
 {
         grpc_ssl_pem_key_cert_pair pair = { .private_key = srv->tls_key,
                                             .cert_chain = srv->tls_cert };
+        bool ca_needed = !srv->tls_client_ca_optional;
 
         if (!rpc_server_tls(srv))
                 return grpc_insecure_server_credentials_create();
-        if (!srv->tls_ca || !srv->tls_cert || !srv->tls_key) {
+        if (!srv->tls_cert || !srv->tls_key || (ca_needed && !srv->tls_ca)) {
                 const char *missing = !srv->tls_cert ? "certificate" : !srv->tls_key ? "key" : "CA";
                 cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                             "server TLS needs a certificate, its key and a CA for the client "
-                             "certificates, or none of them (missing: the %s)",
+                             "server TLS needs a certificate, its key and %s, or none of them "
+                             "(missing: the %s)",
+                             ca_needed ? "a CA for the client certificates"
+                                       : "optionally a CA for client certificates",
                              missing);
                 return NULL;
         }
@@ -1079,7 +1090,9 @@ static grpc_server_credentials *server_credentials(rpc_server *srv, cs_error **e
         }
         /* The pair and the CA are copied by gRPC. */
         return grpc_ssl_server_credentials_create_ex(
-                srv->tls_ca, &pair, 1, GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+                srv->tls_ca, &pair, 1,
+                srv->tls_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
                 NULL);
 }
 

@@ -564,7 +564,12 @@ class Manifests(unittest.TestCase):
         sandbox = Pod("sandbox", SANDBOX_NS, SANDBOX_LABELS, ns_labels[SANDBOX_NS])
         other_sandbox_ns_pod = Pod("stray-pod-in-sandboxes", SANDBOX_NS, {"app": "x"},
                                    ns_labels[SANDBOX_NS])
-        client = Pod("client", "agents", {"app": "agents-service"})
+        client = Pod("client", "agents", {"app": "agents-service"},
+                     {"compute.paper-board.io/client": "true"})
+        unlabelled = Pod("other", "other-team", {"app": "agents-service"})
+        labelled_sandbox = Pod("sandbox", SANDBOX_NS, SANDBOX_LABELS,
+                               dict(ns_labels[SANDBOX_NS], **{"compute.paper-board.io/client":
+                                                              "true"}))
         allow = lambda s, d, p: connection_allowed(pols, s, d, p)  # noqa: E731
 
         # Only the frontend reaches the agents, and only on 50052.
@@ -572,12 +577,16 @@ class Manifests(unittest.TestCase):
         for src in (sandbox, other_sandbox_ns_pod, client, gc):
             self.assertFalse(allow(src, agent, 50052), src)
         self.assertFalse(allow(frontend, agent, 22))
-        # The frontend: from the cluster on 50051 only, never from sandboxes.
+        # The frontend: from the labelled client namespaces on 50051 only, never from
+        # sandboxes (even if their namespace is labelled), nor from other namespaces.
         self.assertTrue(allow(client, frontend, 50051))
-        self.assertTrue(allow(gc, frontend, 50051))
+        self.assertFalse(allow(unlabelled, frontend, 50051))
+        self.assertFalse(allow(gc, frontend, 50051))
         self.assertFalse(allow(client, frontend, 50052))
         for src in (sandbox, other_sandbox_ns_pod):
             self.assertFalse(allow(src, frontend, 50051), src)
+        self.assertFalse(direction_allows(pols, frontend, labelled_sandbox, 50051, {},
+                                          "Ingress"))
         # Both ends hold on their own: the frontend's and the agents' ingress refuse sandboxes
         # even if an operator opens the sandboxes' egress too widely.
         for dst, port in ((frontend, 50051), (agent, 50052)):
@@ -591,12 +600,12 @@ class Manifests(unittest.TestCase):
             self.assertFalse(allow(src, sandbox, 8080), src)
         # Nothing else in compute-system takes connections.
         self.assertFalse(allow(client, gc, 8080))
-        # Metrics: the monitoring namespace reaches exactly the metrics ports (and the public
-        # API, as every namespace does); nobody else reaches a metrics port.
+        # Metrics: the monitoring namespace reaches exactly the metrics ports (not the public
+        # API: it is no client namespace); nobody else reaches a metrics port.
         monitoring = Pod("prometheus", MONITORING_NS, {"app.kubernetes.io/name": "prometheus"})
         ports = (22, 8080, 9090, FRONTEND_METRICS_PORT, AGENT_METRICS_PORT, 50051, 50052)
         self.assertEqual({p for p in ports if allow(monitoring, frontend, p)},
-                         {FRONTEND_METRICS_PORT, 50051})
+                         {FRONTEND_METRICS_PORT})
         self.assertEqual({p for p in ports if allow(monitoring, agent, p)},
                          {AGENT_METRICS_PORT})
         for p in ports:

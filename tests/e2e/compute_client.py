@@ -8,14 +8,17 @@ from agent_client import collect_exec
 
 
 class Compute:
-    def __init__(self, build_dir, address):
+    def __init__(self, build_dir, address, credentials=None, options=()):
+        """Plaintext, or TLS with grpc channel credentials (and options such as
+        grpc.ssl_target_name_override)."""
         sys.path.insert(0, os.path.join(build_dir, "python"))
         from compute.v1 import compute_pb2  # noqa: E402 (generated at build time)
         self.pb = compute_pb2
         self.address = address
-        self.channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", 17 * 1024 * 1024),
-            ("grpc.max_send_message_length", 17 * 1024 * 1024)])
+        opts = [("grpc.max_receive_message_length", 17 * 1024 * 1024),
+                ("grpc.max_send_message_length", 17 * 1024 * 1024)] + list(options)
+        self.channel = (grpc.secure_channel(address, credentials, options=opts) if credentials
+                        else grpc.insecure_channel(address, options=opts))
         pb = compute_pb2
         for name, req, resp in (
                 ("CreateSandbox", pb.CreateSandboxRequest, pb.CreateSandboxResponse),

@@ -31,12 +31,16 @@ class FrontendProcess:
         return [os.path.join(self.build_dir, "bin", "compute-frontend"), "--listen",
                 self.address, "--shutdown-grace-ms", "3000"] + self.argv_tail()
 
+    def client(self):
+        """A client of the public port (a subclass serving TLS gives one with credentials)."""
+        return Compute(self.build_dir, self.address)
+
     def start(self, timeout=60):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + timeout
-        client = Compute(self.build_dir, self.address)
+        client = self.client()
         try:
             # Serving once a validation error comes back (nothing needs an agent for it).
             while code_of(client.describe, "x") != grpc.StatusCode.INVALID_ARGUMENT:

@@ -462,6 +462,75 @@ static void test_client_partial_or_bad_material_refused(void **state)
         }
 }
 
+/* --- TLS without client certificates (the frontend's public port) ------------------------- */
+
+static rpc_server *public_server_start(const pem_pair *cert)
+{
+        rpc_server_options opts = { .listen = "127.0.0.1:0",
+                                    .grace_ms = 5000,
+                                    .tls_cert_pem = cert->crt,
+                                    .tls_key_pem = cert->key,
+                                    .tls_client_ca_optional = true };
+        rpc_server *srv = rpc_server_new(&opts);
+        cs_error *err = NULL;
+
+        assert_int_equal(rpc_server_add_method(srv, &echo_method, &err), 0);
+        if (rpc_server_start(srv, &err) < 0)
+                fail_msg("rpc_server_start: %s", err->msg);
+        assert_true(rpc_server_tls(srv));
+        assert_false(rpc_server_tls_mutual(srv));
+        return srv;
+}
+
+static void test_server_tls_without_client_ca(void **state)
+{
+        rpc_server *srv = public_server_start(&agent);
+
+        (void)state;
+        assert_int_equal(call(srv), GRPC_STATUS_UNAVAILABLE); /* plaintext: refused */
+        client_tls(ca_pem, NULL, SERVER_NAME);                /* no client certificate */
+        assert_int_equal(call(srv), GRPC_STATUS_OK);
+        client_tls(ca_pem, &frontend, SERVER_NAME); /* one it does not ask for: fine */
+        assert_int_equal(call(srv), GRPC_STATUS_OK);
+        client_tls(other_ca_pem, NULL, SERVER_NAME); /* the server is not trusted */
+        assert_int_equal(call(srv), GRPC_STATUS_UNAVAILABLE);
+        rpc_server_free(srv);
+
+        /* With the optional CA given, it is mutual TLS as on the internal link. */
+        srv = server_start(&agent, ca_pem);
+        assert_true(rpc_server_tls_mutual(srv));
+        client_tls(ca_pem, NULL, SERVER_NAME);
+        assert_int_equal(call(srv), GRPC_STATUS_UNAVAILABLE);
+        rpc_server_free(srv);
+}
+
+static void test_server_tls_without_client_ca_partial_refused(void **state)
+{
+        struct {
+                const char *cert, *key, *ca, *needle;
+        } cases[] = {
+                { agent.crt, NULL, NULL, "missing: the key" },
+                { NULL, agent.key, NULL, "missing: the certificate" },
+                { NULL, NULL, ca_pem, "missing: the certificate" },
+                { agent.crt, frontend.key, NULL, "does not belong" },
+        };
+        cs_error *err = NULL;
+
+        (void)state;
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                rpc_server_options opts = { .listen = "127.0.0.1:0",
+                                            .tls_cert_pem = cases[i].cert,
+                                            .tls_key_pem = cases[i].key,
+                                            .tls_ca_pem = cases[i].ca,
+                                            .tls_client_ca_optional = true };
+                rpc_server *srv = rpc_server_new(&opts);
+
+                assert_error(rpc_server_start(srv, &err), &err, GRPC_STATUS_INVALID_ARGUMENT,
+                             cases[i].needle);
+                rpc_server_free(srv);
+        }
+}
+
 /* --- the daemon's options ---------------------------------------------------------------- */
 
 static cs_daemon_config dcfg;
@@ -562,6 +631,105 @@ static void test_daemon_server_tls_checks(void **state)
         assert_error(-1, &err, GRPC_STATUS_INVALID_ARGUMENT, "--tls-cert is missing");
 }
 
+/* The frontend's --public-tls-*: certificate and key, the client CA optional. */
+static void test_daemon_public_tls_checks(void **state)
+{
+        _cleanup_free_ char *ca = path_of("ca.crt");
+        _cleanup_free_ char *crt = path_of("agent.crt");
+        _cleanup_free_ char *key = path_of("agent.key");
+        _cleanup_free_ char *other_key = path_of("frontend.key");
+        _cleanup_free_ char *missing = path_of("no-such.crt");
+        cs_error *err = NULL;
+        cs_daemon_config cfg = { .public_tls = true };
+        rpc_server *srv;
+
+        (void)state;
+        assert_int_equal(cs_daemon_check_server_tls(&cfg, &err), 0); /* none: plaintext */
+        cfg = (cs_daemon_config){ .public_tls = true, .tls_cert = crt, .tls_key = key };
+        assert_int_equal(cs_daemon_check_server_tls(&cfg, &err), 0);
+        cfg.tls_ca = ca;
+        assert_int_equal(cs_daemon_check_server_tls(&cfg, &err), 0);
+
+        cfg = (cs_daemon_config){ .public_tls = true, .tls_cert = crt };
+        assert_error(cs_daemon_check_server_tls(&cfg, &err), &err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "--public-tls-key is missing");
+        cfg = (cs_daemon_config){ .public_tls = true, .tls_ca = ca };
+        assert_error(cs_daemon_check_server_tls(&cfg, &err), &err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "--public-tls-cert is missing");
+        cfg = (cs_daemon_config){ .public_tls = true, .tls_cert = crt, .tls_key = other_key };
+        assert_error(cs_daemon_check_server_tls(&cfg, &err), &err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "--public-tls-key");
+        cfg = (cs_daemon_config){
+                .public_tls = true, .tls_cert = crt, .tls_key = key, .tls_ca = missing
+        };
+        assert_error(cs_daemon_check_server_tls(&cfg, &err), &err, GRPC_STATUS_NOT_FOUND,
+                     "--public-tls-client-ca");
+
+        /* The server: TLS without client certificates, then mutual TLS with the CA. */
+        cfg = (cs_daemon_config){ .public_tls = true,
+                                  .listen = "127.0.0.1:0",
+                                  .max_calls = 8,
+                                  .grace_ms = 1000,
+                                  .tls_cert = crt,
+                                  .tls_key = key };
+        srv = cs_daemon_server_new(&cfg, (const char *const[]){ NULL }, &err);
+        assert_non_null(srv);
+        assert_int_equal(rpc_server_add_method(srv, &echo_method, &err), 0);
+        assert_int_equal(rpc_server_start(srv, &err), 0);
+        assert_false(rpc_server_tls_mutual(srv));
+        client_tls(ca_pem, NULL, SERVER_NAME);
+        assert_int_equal(call(srv), GRPC_STATUS_OK);
+        rpc_server_free(srv);
+        cfg.tls_ca = ca;
+        srv = cs_daemon_server_new(&cfg, (const char *const[]){ NULL }, &err);
+        assert_non_null(srv);
+        assert_int_equal(rpc_server_add_method(srv, &echo_method, &err), 0);
+        assert_int_equal(rpc_server_start(srv, &err), 0);
+        assert_true(rpc_server_tls_mutual(srv));
+        assert_int_equal(call(srv), GRPC_STATUS_UNAVAILABLE); /* no client certificate */
+        rpc_server_free(srv);
+}
+
+/* computectl's --tls-*: the CA required, the client certificate optional. */
+static void test_client_tls_setup(void **state)
+{
+        _cleanup_free_ char *ca = path_of("ca.crt");
+        _cleanup_free_ char *crt = path_of("frontend.crt");
+        _cleanup_free_ char *key = path_of("frontend.key");
+        _cleanup_free_ char *other_key = path_of("agent.key");
+        _cleanup_free_ char *garbage = path_of("garbage.pem");
+        cs_client_tls_config t = { .cert = crt, .key = key };
+        cs_error *err = NULL;
+
+        (void)state;
+        assert_error(cs_client_tls_setup(&t, &err), &err, GRPC_STATUS_INVALID_ARGUMENT, "--tls-ca");
+        t = (cs_client_tls_config){ .ca = ca, .cert = crt };
+        assert_error(cs_client_tls_setup(&t, &err), &err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "--tls-key is missing");
+        t = (cs_client_tls_config){ .ca = ca, .cert = crt, .key = other_key };
+        assert_error(cs_client_tls_setup(&t, &err), &err, GRPC_STATUS_INVALID_ARGUMENT,
+                     "does not belong");
+        t = (cs_client_tls_config){ .ca = garbage };
+        assert_error(cs_client_tls_setup(&t, &err), &err, GRPC_STATUS_INVALID_ARGUMENT, "--tls-ca");
+        assert_false(rpc_client_tls_enabled());
+
+        t = (cs_client_tls_config){ .ca = ca, .server_name = SERVER_NAME };
+        assert_int_equal(cs_client_tls_setup(&t, &err), 0);
+        assert_true(rpc_client_tls_enabled());
+        {
+                rpc_server *srv = public_server_start(&agent);
+                assert_int_equal(call(srv), GRPC_STATUS_OK);
+                rpc_server_free(srv);
+        }
+        t = (cs_client_tls_config){ .ca = ca, .cert = crt, .key = key, .server_name = SERVER_NAME };
+        assert_int_equal(cs_client_tls_setup(&t, &err), 0);
+        {
+                rpc_server *srv = server_start(&agent, ca_pem);
+                assert_int_equal(call(srv), GRPC_STATUS_OK);
+                rpc_server_free(srv);
+        }
+}
+
 static void test_daemon_agent_tls_partial_refused(void **state)
 {
         _cleanup_free_ char *ca = path_of("ca.crt");
@@ -630,6 +798,11 @@ int main(void)
                 cmocka_unit_test_setup(test_client_partial_or_bad_material_refused, test_setup),
                 cmocka_unit_test_setup(test_options_in_help_and_defaults, test_setup),
                 cmocka_unit_test_setup(test_daemon_server_tls_checks, test_setup),
+                cmocka_unit_test_setup(test_server_tls_without_client_ca, test_setup),
+                cmocka_unit_test_setup(test_server_tls_without_client_ca_partial_refused,
+                                       test_setup),
+                cmocka_unit_test_setup(test_daemon_public_tls_checks, test_setup),
+                cmocka_unit_test_setup(test_client_tls_setup, test_setup),
                 cmocka_unit_test_setup(test_daemon_agent_tls_partial_refused, test_setup),
                 cmocka_unit_test_setup(test_daemon_end_to_end, test_setup),
         };

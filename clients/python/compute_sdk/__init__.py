@@ -14,7 +14,8 @@
 Every call has a deadline (Timeouts, overridable per call) and raises a ComputeError subclass
 that keeps the gRPC status code. The channel accepts the API's 16 MiB messages (grpcio's
 default receive limit is 4 MiB)."""
-from .client import DEFAULT_ADDRESS, MAX_DATA_PER_CALL, MAX_MESSAGE_BYTES, Client, Timeouts
+from .client import (DEFAULT_ADDRESS, MAX_DATA_PER_CALL, MAX_MESSAGE_BYTES, TLS, Client,
+                     Timeouts)
 from .errors import (AbortedError, AlreadyExistsError, CancelledError, ComputeError,
                      DataLossError, DeadlineExceededError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, NotFoundError, OutOfRangeError,
@@ -27,7 +28,7 @@ from .types import (ExecCompletion, ExecOutput, ExecResult, FileEntry, FileListi
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Timeouts", "DEFAULT_ADDRESS", "MAX_DATA_PER_CALL", "MAX_MESSAGE_BYTES",
+    "Client", "TLS", "Timeouts", "DEFAULT_ADDRESS", "MAX_DATA_PER_CALL", "MAX_MESSAGE_BYTES",
     "Sandbox", "ExecStream", "Files",
     "ExecCompletion", "ExecOutput", "ExecResult", "FileEntry", "FileListing", "SandboxInfo",
     "SandboxStatus", "Usage",

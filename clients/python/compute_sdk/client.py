@@ -9,20 +9,22 @@ What it sets up that a default grpcio channel lacks:
 - A deadline on every call: the defaults in Timeouts, which every method lets the caller
   override with its own `timeout`.
 - Errors as ComputeError subclasses that keep the gRPC status code (errors.py).
+- TLS when asked for (TLS, or the COMPUTE_TLS* environment variables computectl reads too).
 """
 from __future__ import annotations
 
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
 
 import grpc
 
 from ._proto import compute_pb2
 from .errors import error_from_rpc
 
-__all__ = ["Client", "Timeouts", "DEFAULT_ADDRESS", "MAX_DATA_PER_CALL", "MAX_MESSAGE_BYTES"]
+__all__ = ["Client", "TLS", "Timeouts", "DEFAULT_ADDRESS", "MAX_DATA_PER_CALL",
+           "MAX_MESSAGE_BYTES"]
 
 #: Where computectl and the SDK connect when told nothing else (COMPUTE_ADDR overrides).
 DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -50,12 +52,62 @@ class Timeouts:
     exec_command: float = 600.0  # the command's timeout when the caller gives none
 
 
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@dataclass(frozen=True)
+class TLS:
+    """TLS to the service's port (docs/api.md, "Connecting over TLS"); paths of PEM files.
+
+    ca_file: the CA(s) the server's certificate must chain to; None: grpcio's default roots
+        (the system's).
+    cert_file, key_file: a client certificate and its unencrypted key, both or neither, for
+        a port that requires one (mutual TLS).
+    server_name: the DNS name the server's certificate must carry; None: the host of the
+        address.
+
+    from_env() reads the variables computectl reads: COMPUTE_TLS=1, COMPUTE_TLS_CA_FILE,
+    COMPUTE_TLS_CERT_FILE, COMPUTE_TLS_KEY_FILE, COMPUTE_TLS_SERVER_NAME."""
+    ca_file: Optional[str] = None
+    cert_file: Optional[str] = None
+    key_file: Optional[str] = None
+    server_name: Optional[str] = None
+
+    ENV = {"ca_file": "COMPUTE_TLS_CA_FILE", "cert_file": "COMPUTE_TLS_CERT_FILE",
+           "key_file": "COMPUTE_TLS_KEY_FILE", "server_name": "COMPUTE_TLS_SERVER_NAME"}
+
+    @classmethod
+    def from_env(cls) -> Optional["TLS"]:
+        """The TLS the environment asks for, or None (plaintext): COMPUTE_TLS=1 or any of
+        the file variables turns it on."""
+        values = {k: os.environ.get(v) or None for k, v in cls.ENV.items()}
+        if os.environ.get("COMPUTE_TLS") in ("1", "true") or any(values.values()):
+            return cls(**values)
+        return None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The channel credentials, from the files read now. ValueError for a certificate
+        without its key (or the reverse); OSError for a file that cannot be read."""
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("TLS: cert_file and key_file go together (a client certificate "
+                             "and its key)")
+        return grpc.ssl_channel_credentials(root_certificates=_read(self.ca_file),
+                                            private_key=_read(self.key_file),
+                                            certificate_chain=_read(self.cert_file))
+
+
 class Client:
     """A channel to compute.v1.ComputeService.
 
     Args:
         address: "host:port"; default: $COMPUTE_ADDR, else 127.0.0.1:50051.
-        credentials: grpc.ssl_channel_credentials(...) for a TLS port; None: plaintext.
+        tls: TLS(...) for a TLS port, True for TLS() (the system's CAs), False for
+            plaintext; None (default): TLS.from_env(), plaintext when it asks for nothing.
+        credentials: grpc.ChannelCredentials of your own making, instead of tls.
         timeouts: default deadlines (Timeouts()).
         options: further grpc channel options, appended to the SDK's own.
 
@@ -64,13 +116,23 @@ class Client:
     """
 
     def __init__(self, address: Optional[str] = None, *,
+                 tls: Union[TLS, bool, None] = None,
                  credentials: Optional[grpc.ChannelCredentials] = None,
                  timeouts: Optional[Timeouts] = None,
                  options: Sequence[Tuple[str, Any]] = ()) -> None:
         self.address = address or os.environ.get("COMPUTE_ADDR") or DEFAULT_ADDRESS
         self.timeouts = timeouts or Timeouts()
         opts = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)] + list(options)
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+        if credentials is not None and tls:
+            raise ValueError("Client: give tls or credentials, not both")
+        if credentials is None:
+            t = TLS() if tls is True else TLS.from_env() if tls is None else tls or None
+            if t is not None:
+                credentials = t.credentials()
+                if t.server_name:
+                    opts.append(("grpc.ssl_target_name_override", t.server_name))
+        opts += list(options)
         if credentials is not None:
             self._channel = grpc.secure_channel(self.address, credentials, options=opts)
         else:

@@ -10,7 +10,7 @@ from typing import BinaryIO, Callable, Iterator, Mapping, Optional, Sequence, Ty
 import grpc
 
 from ._proto import compute_pb2
-from .client import MAX_DATA_PER_CALL, Client
+from .client import MAX_DATA_PER_CALL, TLS, Client
 from .errors import (AbortedError, ComputeError, DeadlineExceededError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, NotFoundError, OutputLimitError,
                      error_from_rpc)
@@ -224,15 +224,16 @@ class Sandbox:
                max_runtime_s: Optional[float] = None, mount_path: str = "",
                workspace_size: str = "", storage_class: str = "",
                client: Optional[Client] = None, address: Optional[str] = None,
+               tls: Union[TLS, bool, None] = None,
                timeout: Optional[float] = None) -> "Sandbox":
         """Creates (or, for a session that has one, returns) the session's sandbox.
 
         It starts asynchronously (status STARTING): exec() waits for it on the server; call
         wait_ready() to wait here. session_id defaults to a fresh UUID (a new session);
         zero and empty arguments take the server's defaults (docs/api.md). Without a client,
-        one is made for address (see Client) and closed with the sandbox."""
+        one is made for address and tls (see Client) and closed with the sandbox."""
         own = client is None
-        c = client or Client(address)
+        c = client or Client(address, tls=tls)
         try:
             req = compute_pb2.CreateSandboxRequest(
                 tenant_id=tenant_id, session_id=session_id or str(uuid.uuid4()), image=image)
@@ -253,11 +254,12 @@ class Sandbox:
 
     @classmethod
     def connect(cls, sandbox_id: str, *, client: Optional[Client] = None,
-                address: Optional[str] = None, timeout: Optional[float] = None) -> "Sandbox":
+                address: Optional[str] = None, tls: Union[TLS, bool, None] = None,
+                timeout: Optional[float] = None) -> "Sandbox":
         """Attaches to an existing sandbox (checked with DescribeSandbox: NotFoundError if
         there is none). Leaving its `with` block destroys it, as for create()."""
         own = client is None
-        c = client or Client(address)
+        c = client or Client(address, tls=tls)
         sb = cls(c, sandbox_id, owns_client=own)
         try:
             sb.describe(timeout=timeout)
