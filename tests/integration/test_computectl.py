@@ -30,7 +30,8 @@ CTL = os.path.join(BUILD_DIR, "bin", "computectl")
 FRONTEND = os.path.join(BUILD_DIR, "bin", "compute-frontend")
 MIB = 1024 * 1024
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-COMMANDS = ["create", "describe", "destroy", "list", "exec", "cp", "ls"]
+COMMANDS = ["create", "describe", "destroy", "list", "exec", "cp", "ls", "version",
+            "completion"]
 
 # Everything started is stopped by these, in reverse order, whatever happens: after the tests,
 # when setUpClass fails half-way, and on SIGTERM (ctest's timeout).
@@ -185,20 +186,20 @@ class ComputectlTest(unittest.TestCase):
                      ["list", "--tenant", "t", "--page-size", "1001"]):
             p = subprocess.run([CTL, "--addr", self.frontend.address, *args],
                                capture_output=True, timeout=30)
-            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(p.returncode, 125, (args, p.stderr))
             self.assertTrue(p.stderr.startswith(b"computectl: "), (args, p.stderr))
             self.assertEqual(p.stdout, b"", args)
 
     def test_errors_name_the_status(self):
         p = self.ctl("describe", "not-a-uuid")
-        self.assertEqual(p.returncode, 1, self.explain(p))
+        self.assertEqual(p.returncode, 125, self.explain(p))
         self.assertTrue(p.stderr.startswith(b"computectl: INVALID_ARGUMENT: "), self.explain(p))
         p = self.ctl("describe", str(uuid.uuid4()))
-        self.assertEqual(p.returncode, 1, self.explain(p))
+        self.assertEqual(p.returncode, 125, self.explain(p))
         self.assertTrue(p.stderr.startswith(b"computectl: NOT_FOUND: "), self.explain(p))
         p = subprocess.run([CTL, "--addr", f"127.0.0.1:{free_port()}", "--timeout", "5",
                             "describe", str(uuid.uuid4())], capture_output=True, timeout=30)
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, 125, p.stderr)
         self.assertTrue(p.stderr.startswith(b"computectl: UNAVAILABLE: "), p.stderr)
 
     def test_readme_session(self):
