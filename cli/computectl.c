@@ -55,7 +55,7 @@ static void print_global_help(FILE *out)
                      "gVisor sandboxes for agent sessions.\n\nCommands:\n");
         for (size_t i = 0; i < cli_n_commands; i++)
                 fprintf(out, "  %-10s  %s\n", cli_commands[i]->name, cli_commands[i]->summary);
-        fprintf(out, "\nOptions (before or after the command's name; for exec, before its ID):\n");
+        fprintf(out, "\nOptions:\n");
         for (size_t i = 0; i < ARRAY_SIZE(global_options); i++) {
                 const cli_option *o = &global_options[i];
                 fprintf(out, "      --%s%s%s\n", o->name, o->metavar ? " " : "",
@@ -64,7 +64,8 @@ static void print_global_help(FILE *out)
         }
         fprintf(out, "  -h, --help\n          Print this help and exit.\n"
                      "      --version\n          Print the version and exit.\n\n"
-                     "Run '" CLI_NAME " COMMAND --help' for the options of a command.\n\n"
+                     "The options above may come before or after the command's name (for exec:\n"
+                     "before its ID). Run '" CLI_NAME " COMMAND --help' for a command's own.\n\n"
                      "Exit status:\n"
                      "  0       success\n"
                      "  125     computectl's own error: a usage error, or a call or local step\n"
