@@ -413,10 +413,11 @@ static int cp_download(cli_ctx *ctx, const cp_state *s, const char *src, const c
 /* Caps of one cp -r, both ways (docs/computectl.md). A directory's listing is one ListFiles
  * call: the API has no paging, so a directory of more than CP_LIST_MAX entries is refused
  * rather than copied in part. */
-#define CP_TREE_DEPTH_MAX   64     /* directory levels below the copied directory */
-#define CP_TREE_ENTRIES_MAX 100000 /* files and directories in one copy */
-#define CP_LIST_MAX         10000  /* the server's cap on one ListFiles */
-#define CP_MKDIR_BATCH      500    /* directories per `mkdir` run in the sandbox */
+#define CP_TREE_DEPTH_MAX   64           /* directory levels below the copied directory */
+#define CP_TREE_ENTRIES_MAX 100000       /* files and directories in one copy */
+#define CP_LIST_MAX         10000        /* the server's cap on one ListFiles */
+#define CP_MKDIR_BATCH      500          /* directories per `mkdir` run in the sandbox */
+#define CP_MKDIR_BYTES      (256 * 1024) /* their paths' bytes per run (the exec cap: 1 MiB) */
 #define CP_NAME_MAX         255
 
 typedef struct tree_stats {
@@ -484,6 +485,14 @@ static const char *tree_base(const char *stripped)
         const char *b = base_name(stripped);
 
         return *b ? b : stripped;
+}
+
+static bool has_dotdot(const char *path)
+{
+        for (const char *p = path; (p = strstr(p, "..")); p += 2)
+                if ((p == path || p[-1] == '/') && (p[2] == '\0' || p[2] == '/'))
+                        return true;
+        return false;
 }
 
 static char *join(const char *dir, const char *name)
@@ -663,8 +672,9 @@ static int cp_download_tree(cli_ctx *ctx, const cp_state *s, const char *src, co
         if (list_dir_call(ctx, id, rdir, 1, &probe, &err) < 0)
                 return cli_fail(err);
         /* As cp -r: into DST/NAME when DST is a directory, else as DST. The workspace's root
-         * has no name of its own: its entries go into DST. */
-        if (!root && stat(dst, &st) == 0 && S_ISDIR(st.st_mode))
+         * (and a path ending in "." or "..") has no name of its own: its entries go into DST. */
+        if (!root && stat(dst, &st) == 0 && S_ISDIR(st.st_mode) &&
+            strcmp(tree_base(rdir), "..") != 0 && strcmp(tree_base(rdir), ".") != 0)
                 target = join(dst, tree_base(rdir));
         else
                 target = cs_xstrdup(dst);
@@ -916,8 +926,14 @@ static int upload_dirs(cli_ctx *ctx, const char *id, const char *target, uint32_
                 size_t k = 0;
                 uint32_t mode = dirs[i]->mode;
 
-                while (i < nd && dirs[i]->mode == mode && k < CP_MKDIR_BATCH)
-                        paths[k++] = join(target, dirs[i++]->rel);
+                size_t bytes = 0;
+
+                while (i < nd && dirs[i]->mode == mode && k < CP_MKDIR_BATCH &&
+                       (k == 0 ||
+                        bytes + strlen(target) + strlen(dirs[i]->rel) + 2 <= CP_MKDIR_BYTES)) {
+                        paths[k] = join(target, dirs[i++]->rel);
+                        bytes += strlen(paths[k++]) + 1;
+                }
                 r = remote_mkdir(ctx, id, mode, paths, k, err);
                 for (size_t j = 0; j < k; j++)
                         free(paths[j]);
@@ -934,6 +950,8 @@ static int cp_upload_tree(cli_ctx *ctx, const cp_state *s, const char *src, cons
         _cleanup_free_ char *lsrc = strip_slashes(src), *rdst = strip_slashes(rpath);
         _cleanup_free_ char *target = NULL, *remote = NULL;
         _cleanup_close_ int top = -1;
+        const char *base = tree_base(lsrc);
+        bool nameless = strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strcmp(base, "/") == 0;
         tree_stats t = { 0 };
         struct stat st;
         int r;
@@ -947,9 +965,16 @@ static int cp_upload_tree(cli_ctx *ctx, const cp_state *s, const char *src, cons
                 cs_error_errno(&err, errno, "cannot open directory '%s'", src);
                 return cli_fail(err);
         }
+        if (has_dotdot(rdst)) {
+                cli_usage_error(&cli_cmd_cp, "'%s': a '..' in the remote path", rpath);
+                return CLI_EXIT_USAGE;
+        }
         /* As cp -r: into DST/NAME when DST is a directory (or ends in '/', or is the
-         * workspace's root), else as DST. */
-        if (!*rpath || rpath[strlen(rpath) - 1] == '/') {
+         * workspace's root), else as DST. A source named "." or ".." (or "/") has no name of
+         * its own: its entries go into DST. */
+        if (nameless) {
+                target = cs_xstrdup(*rdst ? rdst : ".");
+        } else if (!*rpath || rpath[strlen(rpath) - 1] == '/') {
                 target = join(rdst, tree_base(lsrc));
         } else {
                 _cleanup_msg_ ProtobufCMessage *probe = NULL;

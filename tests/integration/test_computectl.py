@@ -703,6 +703,13 @@ class ComputectlTest(ServiceTestCase):
         p = self.ctl("exec", sid, "test", "-e", "/workspace/withlink/link")
         self.assertEqual(p.returncode, 1, self.explain(p))
         self.ok("exec", sid, "test", "-f", "/workspace/withlink/a.txt")
+        # A source with no name of its own (".") copies its entries; a '..' in the remote
+        # path is refused before anything is made.
+        self.ok("cp", "-r", ".", f"{sid}:dot", cwd=os.path.join(src, "sub"))
+        self.ok("exec", sid, "test", "-f", "/workspace/dot/b.bin")
+        p = self.ctl("cp", "-r", src, f"{sid}:x/../../y")
+        self.assertEqual(p.returncode, 125, self.explain(p))
+        self.assertIn(b"a '..' in the remote path", p.stderr)
         self.ok("destroy", sid)
 
     def test_cp_recursive_refuses_hostile_names(self):
