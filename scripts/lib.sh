@@ -21,8 +21,9 @@ CS_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 # test-only too.
 # pip, setuptools and wheel: clients.python_sdk installs the Python SDK offline
 # (pip install --no-build-isolation ./clients/python).
-# zsh: integration.computectl checks `computectl completion zsh` with it.
-CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel zsh)
+# zsh and man-db: integration.computectl checks `computectl completion zsh` with zsh and
+# renders the man page with `man -l`.
+CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel zsh man-db)
 
 # runsc comes from Debian 13 (trixie): Debian 12's (2022-12) fails statx inside the sandbox
 # (`ls -l` gets EINVAL) and runs on the slow ptrace platform. Debian 13's is one static binary
