@@ -5,6 +5,7 @@
  * The global options may also come after the command's name (cli_set_global).
  * This file holds main, the global options, the command table, the shared call helpers and the
  * signal thread; each command lives in a cmd_*.c file (see cli.h). */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -299,6 +300,9 @@ int main(int argc, char **argv)
         cli_signals_set_unlink(NULL);
 
         if (fflush(stdout) != 0 && rc == CLI_EXIT_OK) {
+                /* A reader that went away (`| head`): quietly, as exec does. */
+                if (errno == EPIPE)
+                        return CLI_EXIT_SIGPIPE;
                 perror(CLI_NAME ": stdout");
                 rc = CLI_EXIT_ERROR;
         }
