@@ -45,6 +45,26 @@ static const cli_option *find_short(const cli_command *cmd, char c)
         return NULL;
 }
 
+/* The global options, also recognised after the command's name (cli_set_global). */
+static struct {
+        const cli_command *cmd;
+        cli_option_fn fn;
+        void *state;
+} global;
+
+void cli_set_global(const cli_command *cmd, cli_option_fn fn, void *state)
+{
+        global.cmd = cmd;
+        global.fn = fn;
+        global.state = state;
+}
+
+/* The command's own option first: one of the same name shadows the global one. */
+static bool is_global(const cli_command *cmd)
+{
+        return global.cmd && cmd != global.cmd;
+}
+
 /* One option at argv[*i]; may take the next argument as its value. */
 static int parse_one(const cli_command *cmd, int argc, char **argv, int *i, cli_option_fn fn,
                      void *state)
@@ -59,12 +79,20 @@ static int parse_one(const cli_command *cmd, int argc, char **argv, int *i, cli_
                 size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
 
                 o = find_long(cmd, arg + 2, len);
+                if (!o && is_global(cmd) && (o = find_long(global.cmd, arg + 2, len))) {
+                        fn = global.fn;
+                        state = global.state;
+                }
                 if (!o)
                         return cli_usage_error(cmd, "unknown option '%.*s'", (int)len + 2, arg);
                 inline_value = eq != NULL;
                 value = eq ? eq + 1 : NULL;
         } else {
                 o = find_short(cmd, arg[1]);
+                if (!o && is_global(cmd) && (o = find_short(global.cmd, arg[1]))) {
+                        fn = global.fn;
+                        state = global.state;
+                }
                 if (!o)
                         return cli_usage_error(cmd, "unknown option '%s'", arg);
                 inline_value = arg[2] != '\0';
@@ -108,6 +136,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_option_fn fn, v
                 }
                 if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
                         return 1;
+                if (!cmd->name && strcmp(arg, "--version") == 0)
+                        return 2;
                 if (parse_one(cmd, argc, argv, &i, fn, state) < 0)
                         return -1;
         }
@@ -160,8 +190,20 @@ void cli_print_command_help(const cli_command *cmd, FILE *out)
         fprintf(out, "  -h, --help\n          Print this help and exit.\n");
         if (cmd->details)
                 fprintf(out, "\n%s", cmd->details);
-        fprintf(out, "\nGlobal options (--addr, --json, --timeout) go before the command:\n"
-                     "see '" CLI_NAME " --help'.\n");
+        if (global.cmd) {
+                fprintf(out, "\nGlobal options, before or after the command name");
+                if (cmd->options_first)
+                        fprintf(out, " (here: before the first argument)");
+                fprintf(out, ":\n  ");
+                for (size_t i = 0; i < global.cmd->n_options; i++) {
+                        const cli_option *o = &global.cmd->options[i];
+                        fprintf(out, "%s--%s%s", i ? ", " : "", o->name,
+                                find_long(cmd, o->name, strlen(o->name))
+                                        ? " (before the command only)"
+                                        : "");
+                }
+                fprintf(out, ": see '" CLI_NAME " --help'.\n");
+        }
 }
 
 /* --- values ------------------------------------------------------------------------------ */

@@ -8,10 +8,12 @@
  * cmd_list.c     list
  * cmd_exec.c     exec
  * cmd_files.c    cp, ls
+ * cmd_misc.c     version, completion
  *
- * Exit status of every command: 0 on success, 1 on an error (an RPC's status or a local
- * failure, printed as "computectl: STATUS: message"), 2 on a usage error. exec exits with
- * the remote command's status instead (see cmd_exec.c). */
+ * Exit status of every command: 0 on success, 125 on computectl's own error (a usage error,
+ * an RPC's status or a local failure, printed as "computectl: STATUS: message"), as docker
+ * does, so that it never reads as a remote command's status. exec exits with the remote
+ * command's status instead (see cmd_exec.c). */
 #pragma once
 
 #include <stdbool.h>
@@ -28,9 +30,11 @@
 #define CLI_DEFAULT_ADDR "127.0.0.1:50051"
 #define CLI_ADDR_ENV     "COMPUTE_ADDR"
 
+#define CLI_VERSION CS_VERSION
+
 #define CLI_EXIT_OK        0
-#define CLI_EXIT_ERROR     1
-#define CLI_EXIT_USAGE     2
+#define CLI_EXIT_ERROR     125 /* our own error, never the remote command's (as docker) */
+#define CLI_EXIT_USAGE     125 /* a usage error is one of ours too */
 #define CLI_EXIT_TIMEOUT   124 /* the remote command's timeout passed (as timeout(1)) */
 #define CLI_EXIT_CANCELLED 130 /* interrupted: the remote command was cancelled */
 #define CLI_EXIT_SIGPIPE   141 /* our stdout went away (128 + SIGPIPE) */
@@ -75,12 +79,17 @@ typedef struct cli_command {
  * usage error with cli_usage_error(). */
 typedef int (*cli_option_fn)(void *state, int id, const char *value);
 
+/* Makes the global options (main's table, its callback and state) recognised by every
+ * command's cli_parse() too, after the command's name, as kubectl does; a command's own
+ * option of the same name wins. Adding a global option is one entry in main's table. */
+void cli_set_global(const cli_command *global, cli_option_fn fn, void *state);
+
 /* Parses argv[1..argc) against cmd's options ("--name VALUE", "--name=VALUE", "-n VALUE",
  * "-nVALUE"; "--" ends the options). Positional arguments are collected, in order, into
  * *ret_pos (an array of pointers into argv, NULL-terminated, that the caller frees) and
  * *ret_n_pos. Returns 0; 1 when --help or -h was given (the caller prints the help and exits
- * 0); or -1 after printing a usage error (exit 2). A NULL cmd->name means the global options:
- * messages then name no command. */
+ * 0); 2 when --version was given to the global options; or -1 after printing a usage error. A NULL
+ * cmd->name means the global options: messages then name no command. */
 int cli_parse(const cli_command *cmd, int argc, char **argv, cli_option_fn fn, void *state,
               char ***ret_pos, size_t *ret_n_pos);
 
@@ -173,4 +182,9 @@ int cli_json_print(cli_json_writer *j);
 /* --- commands --------------------------------------------------------------------------- */
 
 extern const cli_command cli_cmd_create, cli_cmd_describe, cli_cmd_destroy, cli_cmd_list,
-        cli_cmd_exec, cli_cmd_cp, cli_cmd_ls;
+        cli_cmd_exec, cli_cmd_cp, cli_cmd_ls, cli_cmd_version, cli_cmd_completion;
+
+/* The command table and the global options (computectl.c), for completion. */
+extern const cli_command *const cli_commands[];
+extern const size_t cli_n_commands;
+extern const cli_command cli_global;

@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -301,6 +303,38 @@ static int exec_run(cli_ctx *ctx, const Compute__V1__ExecCommandRequest *req, in
         return cli_fail(err);
 }
 
+/* Whether our stdin holds input that exec does not forward (there is no -i yet: that needs
+ * the ExecSession call). Asked without reading or blocking: a regular file with bytes left, or
+ * a pipe or socket with bytes waiting. A terminal, /dev/null, an empty file or an empty pipe
+ * says nothing: scripts and CI jobs with an idle stdin get no noise. */
+static bool stdin_has_input(void)
+{
+        struct stat st;
+        int waiting = 0;
+        off_t at;
+
+        if (isatty(STDIN_FILENO) || fstat(STDIN_FILENO, &st) < 0)
+                return false;
+        if (S_ISREG(st.st_mode)) {
+                at = lseek(STDIN_FILENO, 0, SEEK_CUR);
+                return st.st_size > (at > 0 ? at : 0);
+        }
+        if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
+                return ioctl(STDIN_FILENO, FIONREAD, &waiting) == 0 && waiting > 0;
+        return false;
+}
+
+/* Warns once: before the call, and again after it for input that came meanwhile (`echo hi |
+ * computectl exec ...`: echo may not have written yet when we start). */
+static void warn_stdin(bool *warned)
+{
+        if (*warned || !stdin_has_input())
+                return;
+        *warned = true;
+        fprintf(stderr, CLI_NAME ": exec: stdin is not forwarded to the remote command (there is "
+                                 "no -i yet): its input is ignored\n");
+}
+
 static int run_exec(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
 {
         Compute__V1__ExecCommandRequest req = COMPUTE__V1__EXEC_COMMAND_REQUEST__INIT;
@@ -308,6 +342,7 @@ static int run_exec(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
         exec_state s = { .cmd = cmd };
         _cleanup_free_ char **pos = NULL;
         size_t n = 0, first;
+        bool warned = false;
         int64_t budget_s;
         int r;
 
@@ -344,7 +379,9 @@ static int run_exec(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
                 if (s.timeout_s < EXEC_SERVER_CAP_S)
                         budget_s = (int64_t)s.timeout_s;
         }
+        warn_stdin(&warned);
         r = exec_run(ctx, &req, budget_s);
+        warn_stdin(&warned);
         exec_state_free(&s);
         return r;
 }
@@ -355,13 +392,16 @@ const cli_command cli_cmd_exec = {
         .summary = "Run a command in a sandbox, streaming its stdout and stderr.",
         .details =
                 "Options go before ID; everything after ID (and an optional '--') is the remote\n"
-                "command line, passed as is. stdin is not forwarded. The command's stdout and\n"
-                "stderr are written to ours as they arrive.\n"
+                "command line, passed as is. stdin is not forwarded (there is no -i yet): when\n"
+                "it holds input (a file, or a pipe with data) a warning says so on stderr. The\n"
+                "command's stdout and stderr are written to ours as they arrive.\n"
                 "\n"
-                "Exit status: the remote command's (0-255); 128+N when signal N killed it; 124\n"
-                "when its --timeout passed; 130 when Ctrl-C (SIGINT) or SIGTERM cancelled it\n"
-                "(the remote process gets SIGTERM, then SIGKILL after 10 s); 141 when our\n"
-                "stdout was closed; 1 on an error (computectl: STATUS: message).\n"
+                "Exit status: the remote command's (0-255): 127 when it was not found, 126\n"
+                "when it could not be executed (the server says why on stderr, as a shell\n"
+                "would); 128+N when signal N killed it; 124 when its --timeout passed; 130\n"
+                "when Ctrl-C (SIGINT) or SIGTERM cancelled it (the remote process gets\n"
+                "SIGTERM, then SIGKILL after 10 s); 141 when our stdout was closed; 125 on\n"
+                "computectl's own error (computectl: STATUS: message).\n"
                 "\n"
                 "--json: one JSON object per line on stdout, one per event:\n"
                 "  {\"event\":\"stdout\"|\"stderr\", \"emitted_at\", \"data\": base64}\n"

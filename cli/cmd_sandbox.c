@@ -282,8 +282,10 @@ static int run_destroy(cli_ctx *ctx, const cli_command *cmd, int argc, char **ar
                 return CLI_EXIT_OK;
         }
         cli_json_object_begin(&j);
+        /* The names describe and list use for the same things. */
         cli_json_kv_string(&j, "sandbox_id", resp->sandbox_id);
-        cli_json_key(&j, "total_usage");
+        cli_json_kv_string(&j, "status", "DESTROYED");
+        cli_json_key(&j, "usage");
         cli_json_usage(&j, resp->total_usage);
         cli_json_object_end(&j);
         return cli_json_print(&j);
@@ -294,6 +296,7 @@ const cli_command cli_cmd_destroy = {
         .args = "ID",
         .summary = "Destroy a sandbox and print its total usage.",
         .details = "The workspace is kept for the server's grace window (describe then shows\n"
-                   "DESTROYED). --json: {\"sandbox_id\", \"total_usage\": {\"cpu_ms\", ...}}.\n",
+                   "DESTROYED). --json: {\"sandbox_id\", \"status\": \"DESTROYED\", \"usage\":\n"
+                   "{\"cpu_ms\", ...}} (usage: the sandbox's total, as describe's usage).\n",
         .run = run_destroy,
 };

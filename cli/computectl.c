@@ -1,9 +1,11 @@
 /* computectl: a command-line client for compute.v1.ComputeService.
  *
- *   computectl [--addr HOST:PORT] [--json] [--timeout SECONDS] COMMAND [OPTION]... [ARG]...
+ *   computectl [GLOBAL OPTION]... COMMAND [OPTION]... [ARG]...
  *
+ * The global options may also come after the command's name (cli_set_global).
  * This file holds main, the global options, the command table, the shared call helpers and the
  * signal thread; each command lives in a cmd_*.c file (see cli.h). */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -18,10 +20,11 @@
 #define GLOBAL_TIMEOUT_DEFAULT_S 30
 #define GLOBAL_TIMEOUT_MAX_S     (24 * 3600)
 
-static const cli_command *const commands[] = {
-        &cli_cmd_create, &cli_cmd_describe, &cli_cmd_destroy, &cli_cmd_list,
-        &cli_cmd_exec,   &cli_cmd_cp,       &cli_cmd_ls,
+const cli_command *const cli_commands[] = {
+        &cli_cmd_create, &cli_cmd_describe, &cli_cmd_destroy, &cli_cmd_list,       &cli_cmd_exec,
+        &cli_cmd_cp,     &cli_cmd_ls,       &cli_cmd_version, &cli_cmd_completion,
 };
+const size_t cli_n_commands = ARRAY_SIZE(cli_commands);
 
 enum {
         OPT_ADDR = 1,
@@ -71,32 +74,40 @@ static const cli_option global_options[] = {
           "Env: " TLS_SERVER_NAME_ENV "." },
 };
 
-static const cli_command global = {
+const cli_command cli_global = {
         .name = NULL,
         .options = global_options,
         .n_options = ARRAY_SIZE(global_options),
         .options_first = true,
 };
 
+/* Laid out for help2man too (the man page is made from it and from --version): a Usage
+ * line, a description paragraph, then "Heading:" sections of indented entries. */
 static void print_global_help(FILE *out)
 {
-        fprintf(out, "Usage: " CLI_NAME " [OPTION]... COMMAND [ARG]...\n\n"
+        fprintf(out, "Usage: " CLI_NAME " [OPTION]... COMMAND [ARG]...\n"
                      "A command-line client for the compute service (compute.v1.ComputeService):\n"
                      "gVisor sandboxes for agent sessions.\n\nCommands:\n");
-        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
-                fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
-        fprintf(out, "\nOptions (before the command):\n");
+        for (size_t i = 0; i < cli_n_commands; i++)
+                fprintf(out, "  %-10s  %s\n", cli_commands[i]->name, cli_commands[i]->summary);
+        fprintf(out, "\nOptions:\n");
         for (size_t i = 0; i < ARRAY_SIZE(global_options); i++) {
                 const cli_option *o = &global_options[i];
                 fprintf(out, "      --%s%s%s\n", o->name, o->metavar ? " " : "",
                         o->metavar ? o->metavar : "");
                 cli_print_wrapped(out, 10, o->help);
         }
-        fprintf(out, "  -h, --help\n          Print this help and exit.\n\n"
-                     "Run '" CLI_NAME " COMMAND --help' for the options of a command.\n\n"
-                     "Exit status: 0 on success, 1 on an error (printed as\n"
-                     "'" CLI_NAME ": STATUS: message'), 2 on a usage error; exec exits with the\n"
-                     "remote command's status (124 on its timeout, 130 when interrupted).\n");
+        fprintf(out, "  -h, --help\n          Print this help and exit.\n"
+                     "      --version\n          Print the version and exit.\n\n"
+                     "The options above may come before or after the command's name (for exec:\n"
+                     "before its ID). Run '" CLI_NAME " COMMAND --help' for a command's own.\n\n"
+                     "Exit status:\n"
+                     "  0       success\n"
+                     "  125     computectl's own error: a usage error, or a call or local step\n"
+                     "          that failed (printed as '" CLI_NAME ": STATUS: message')\n"
+                     "  other   exec: the remote command's exit status (126: not executable,\n"
+                     "          127: not found, 128+N: killed by signal N), 124 when its\n"
+                     "          timeout passed, 130 when interrupted\n");
 }
 
 /* --- errors and calls ------------------------------------------------------------------- */
@@ -254,7 +265,7 @@ static int tls_option(int id, const char *value)
 
         for (size_t i = 0; field && !*value && i < ARRAY_SIZE(global_options); i++)
                 if (global_options[i].id == id)
-                        return cli_usage_error(&global, "--%s: empty value",
+                        return cli_usage_error(&cli_global, "--%s: empty value",
                                                global_options[i].name);
         if (field)
                 *field = value;
@@ -303,14 +314,15 @@ static int on_global_option(void *state, int id, const char *value)
         switch (id) {
         case OPT_ADDR:
                 if (!*value)
-                        return cli_usage_error(&global, "--addr: empty address");
+                        return cli_usage_error(&cli_global, "--addr: empty address");
                 ctx->addr = value;
                 return 0;
         case OPT_JSON:
                 ctx->json = true;
                 return 0;
         case OPT_TIMEOUT:
-                if (cli_parse_seconds(&global, "--timeout", value, GLOBAL_TIMEOUT_MAX_S, &secs) < 0)
+                if (cli_parse_seconds(&cli_global, "--timeout", value, GLOBAL_TIMEOUT_MAX_S,
+                                      &secs) < 0)
                         return -1;
                 ctx->timeout_ms = (int64_t)secs * 1000;
                 return 0;
@@ -321,22 +333,21 @@ static int on_global_option(void *state, int id, const char *value)
         case OPT_TLS_SERVER_NAME:
                 return tls_option(id, value);
         }
-        return cli_usage_error(&global, "internal error: option %d", id);
+        return cli_usage_error(&cli_global, "internal error: option %d", id);
 }
 
 static const cli_command *find_command(const char *name)
 {
-        for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
-                if (strcmp(commands[i]->name, name) == 0)
-                        return commands[i];
+        for (size_t i = 0; i < cli_n_commands; i++)
+                if (strcmp(cli_commands[i]->name, name) == 0)
+                        return cli_commands[i];
         return NULL;
 }
 
 /* Parses the global options; returns the index of the command in argv, or -(exit status)
  * when the program is done (help printed, usage error). */
-static int parse_global(cli_ctx *ctx, int argc, char **argv)
+static int parse_global(cli_ctx *ctx, global_state *st, int argc, char **argv)
 {
-        global_state st = { .ctx = ctx };
         _cleanup_free_ char **pos = NULL;
         const char *env = getenv(CLI_ADDR_ENV);
         size_t n_pos = 0;
@@ -345,9 +356,13 @@ static int parse_global(cli_ctx *ctx, int argc, char **argv)
         ctx->addr = env && *env ? env : CLI_DEFAULT_ADDR;
         ctx->timeout_ms = GLOBAL_TIMEOUT_DEFAULT_S * 1000;
         tls_from_env();
-        r = cli_parse(&global, argc, argv, on_global_option, &st, &pos, &n_pos);
+        r = cli_parse(&cli_global, argc, argv, on_global_option, st, &pos, &n_pos);
         if (r == 1) {
                 print_global_help(stdout);
+                return -CLI_EXIT_OK;
+        }
+        if (r == 2) {
+                printf(CLI_NAME " " CLI_VERSION "\n");
                 return -CLI_EXIT_OK;
         }
         if (r < 0)
@@ -364,12 +379,14 @@ static int parse_global(cli_ctx *ctx, int argc, char **argv)
 int main(int argc, char **argv)
 {
         cli_ctx ctx = { 0 };
+        global_state st = { .ctx = &ctx };
         const cli_command *cmd;
         int idx, rc;
 
-        idx = parse_global(&ctx, argc, argv);
+        idx = parse_global(&ctx, &st, argc, argv);
         if (idx <= 0)
                 return -idx;
+        cli_set_global(&cli_global, on_global_option, &st);
         cmd = find_command(argv[idx]);
         if (!cmd) {
                 fprintf(stderr, CLI_NAME ": unknown command '%s'\nTry '" CLI_NAME " --help'.\n",
@@ -388,6 +405,9 @@ int main(int argc, char **argv)
         cli_signals_set_unlink(NULL);
 
         if (fflush(stdout) != 0 && rc == CLI_EXIT_OK) {
+                /* A reader that went away (`| head`): quietly, as exec does. */
+                if (errno == EPIPE)
+                        return CLI_EXIT_SIGPIPE;
                 perror(CLI_NAME ": stdout");
                 rc = CLI_EXIT_ERROR;
         }

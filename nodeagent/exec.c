@@ -248,7 +248,8 @@ static void terminator_finish(terminator *t)
 typedef struct pump {
         runtime *rt;
         const exec_sink *sink;
-        bool sink_ok; /* false once the client is gone: output is drained and dropped */
+        bool sink_ok;         /* false once the client is gone: output is drained and dropped */
+        rt_start_error start; /* the backend said the command never started */
         uint8_t buf[EXEC_CHUNK];
 } pump;
 
@@ -263,7 +264,8 @@ static bool pump_once(pump *p, int fd, int stream)
         if (n == 0)
                 return false;
         if (stream == EXEC_STDERR && p->rt->ops->strip_own_errors)
-                n = (ssize_t)p->rt->ops->strip_own_errors(p->rt, (char *)p->buf, (size_t)n);
+                n = (ssize_t)p->rt->ops->strip_own_errors(p->rt, (char *)p->buf, (size_t)n,
+                                                          &p->start);
         if (n && p->sink_ok &&
             p->sink->write(p->sink->userdata, stream, p->buf, (size_t)n, &err) < 0) {
                 p->sink_ok = false;
@@ -462,6 +464,18 @@ static void check_sandbox_after_oom(sb_registry *reg, runtime *rt, sandbox *sb)
         }
 }
 
+/* A command that never started, on its stderr as a shell would say it ("x: command not
+ * found"; the exit code is 127 or 126): the same from both paths (docs/api.md). */
+static void report_start_error(const exec_sink *sink, const char *msg)
+{
+        cs_error *ignored_err = NULL;
+        _cleanup_free_ char *line = cs_xasprintf("%s\n", msg);
+
+        if (sink->write(sink->userdata, EXEC_STDERR, (const uint8_t *)line, strlen(line),
+                        &ignored_err) < 0)
+                cs_error_free(ignored_err);
+}
+
 /* Moves output until the process ends, stopping it at the deadline or on a cancel, and
  * fills *ret. Owns nothing it is given. */
 static void exec_follow(sb_registry *reg, runtime *rt, sandbox *sb, const exec_sink *sink,
@@ -479,6 +493,7 @@ static void exec_follow(sb_registry *reg, runtime *rt, sandbox *sb, const exec_s
         p->rt = rt;
         p->sink = sink;
         p->sink_ok = true;
+        p->start.exit_code = 0;
         terminator_start(t);
         pump_all(p, out_fd, err_fd, pidfd, t->deadline, t);
         /* A wait failure leaves status 0: nothing more to say (the process was ours). */
@@ -489,6 +504,13 @@ static void exec_follow(sb_registry *reg, runtime *rt, sandbox *sb, const exec_s
 
         sb_window_end(reg, sb, w, &ret->usage, &oom);
         classify_exit(status, t->reason, __atomic_load_n(&t->last_sig, __ATOMIC_SEQ_CST), oom, ret);
+        /* runsc exec exits 128 when the command never started: told as the spawner tells it. */
+        if (p->start.exit_code && WIFEXITED(status) && WEXITSTATUS(status) == 128 &&
+            t->reason == STOP_NONE && !oom) {
+                ret->exit_code = p->start.exit_code;
+                if (p->sink_ok)
+                        report_start_error(sink, p->start.msg);
+        }
         if (oom)
                 check_sandbox_after_oom(reg, rt, sb);
 }
@@ -557,14 +579,8 @@ static int exec_spawner(sb_registry *reg, runtime *rt, sandbox *sb, spawn_link *
                 *err = why;
                 return -1;
         }
-        if (sr.exited.start_error[0]) {
-                /* What a shell would say; the spawner knows only the sandbox's paths. */
-                cs_error *ignored_err = NULL;
-                _cleanup_free_ char *msg = cs_xasprintf("%s\n", sr.exited.start_error);
-                if (sink->write(sink->userdata, EXEC_STDERR, (const uint8_t *)msg, strlen(msg),
-                                &ignored_err) < 0)
-                        cs_error_free(ignored_err);
-        }
+        if (sr.exited.start_error[0])
+                report_start_error(sink, sr.exited.start_error);
         /* Alone in its sandbox, the exec's CPU time is the sandbox's over its window (as
          * through runsc exec: gVisor's own work for the command included). Alongside another
          * exec, that figure holds the other's too: the command tree's own CPU time (its

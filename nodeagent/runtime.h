@@ -64,6 +64,13 @@ typedef struct rt_exec {
         char *spec_file; /* removed by rt_exec_free */
 } rt_exec;
 
+/* An exec whose command never started, as the backend reported it (strip_own_errors). */
+#define RT_START_ERROR_MAX 256
+typedef struct rt_start_error {
+        int exit_code; /* what a shell would say: 127 not found, 126 not executable; 0: none */
+        char msg[RT_START_ERROR_MAX + 1]; /* "NAME: command not found": safe for a client */
+} rt_start_error;
+
 typedef struct rt_proc {
         int pid, ppid; /* in the sandbox's pid namespace */
 } rt_proc;
@@ -101,8 +108,11 @@ typedef struct runtime_ops {
          * chunk of an exec's stderr, in place, and returns the length left: runsc exec writes
          * its failures to the process's stderr (`waiting on pid 5: ... urpc method
          * "containerManager.WaitPID" failed: EOF` when an OOM kill takes the sandbox), and a
-         * client must not see the runtime's internals. */
-        size_t (*strip_own_errors)(runtime *rt, char *buf, size_t n);
+         * client must not see the runtime's internals. A line saying that the command could
+         * not be started (not found, not executable, no such working directory) fills
+         * *start (once): the caller reports it as the spawner does (exit 127/126 and the
+         * message on stderr, docs/api.md). */
+        size_t (*strip_own_errors)(runtime *rt, char *buf, size_t n, rt_start_error *start);
         /* Kills the container and removes it; absent is fine. */
         int (*destroy)(runtime *rt, const char *container_id, cs_error **err);
         void (*free)(runtime *rt);

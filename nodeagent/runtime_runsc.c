@@ -17,6 +17,7 @@
 
 #include "proc.h"
 #include "runtime.h"
+#include "utf8.h"
 #include "util.h"
 #include "uuid.h"
 
@@ -501,7 +502,63 @@ static bool runsc_own_error_line(const char *line, size_t n)
         return memmem(line, n, "urpc method \"", 13) != NULL;
 }
 
-static size_t runsc_strip_own_errors(runtime *rt, char *buf, size_t n)
+/* `runsc exec`'s line when the command never started, e.g.
+ *   executing processes for container: executing command "x" in sandbox: error finding
+ *   executable "x" in PATH [/usr/local/sbin ...]: no such file or directory
+ *   ... in sandbox: failed to load /etc/passwd: permission denied
+ *   ... in sandbox: failed to find initial working directory "/nodir": no such file or directory
+ * told as the spawner tells it (nodeagent/init/spawner.c, start_error): 127 for ENOENT, 126
+ * otherwise, and a message with the sandbox's names only. Other lines: left alone. */
+static void runsc_start_error(const char *line, size_t n, rt_start_error *start)
+{
+        static const char head[] = "executing processes for container: executing command \"";
+        static const char in_sandbox[] = " in sandbox: ";
+        _cleanup_free_ char *text = NULL;
+        const char *why, *what, *colon;
+        bool enoent;
+        int len;
+
+        if (start->exit_code || n < sizeof(head) - 1 || memcmp(line, head, sizeof(head) - 1) != 0)
+                return;
+        text = strndup(line, n);
+        if (!text)
+                abort();
+        text[strcspn(text, "\n")] = '\0';
+        why = strstr(text, in_sandbox);
+        colon = why ? strrchr(why, ':') : NULL;
+        if (!why || !colon || colon[1] != ' ')
+                return;
+        why += sizeof(in_sandbox) - 1;
+        enoent = strcmp(colon + 2, "no such file or directory") == 0;
+        if (!enoent && strcmp(colon + 2, "permission denied") != 0)
+                return;
+        if ((what = strstr(why, "error finding executable \"")) == why) {
+                what += strlen("error finding executable \"");
+                len = (int)strcspn(what, "\"");
+                if (enoent)
+                        snprintf(start->msg, sizeof(start->msg), "%.*s: command not found", len,
+                                 what);
+                else
+                        snprintf(start->msg, sizeof(start->msg), "%.*s: Permission denied", len,
+                                 what);
+        } else if ((what = strstr(why, "failed to load ")) == why) {
+                what += strlen("failed to load ");
+                snprintf(start->msg, sizeof(start->msg), "%.*s: %s", (int)(colon - what), what,
+                         enoent ? "No such file or directory" : "Permission denied");
+        } else if ((what = strstr(why, "failed to find initial working directory \"")) == why) {
+                what += strlen("failed to find initial working directory \"");
+                snprintf(start->msg, sizeof(start->msg), "cannot enter working directory %.*s: %s",
+                         (int)strcspn(what, "\""), what,
+                         enoent ? "No such file or directory" : "Permission denied");
+        } else {
+                return;
+        }
+        for (size_t m = strlen(start->msg); m > 0 && !cs_utf8_valid(start->msg, m);)
+                start->msg[--m] = '\0';
+        start->exit_code = enoent ? 127 : 126;
+}
+
+static size_t runsc_strip_own_errors(runtime *rt, char *buf, size_t n, rt_start_error *start)
 {
         size_t kept = 0;
 
@@ -513,6 +570,8 @@ static size_t runsc_strip_own_errors(runtime *rt, char *buf, size_t n)
                 if (!runsc_own_error_line(buf + at, len)) {
                         memmove(buf + kept, buf + at, len);
                         kept += len;
+                } else {
+                        runsc_start_error(buf + at, len, start);
                 }
                 at += len;
         }

@@ -12,6 +12,7 @@ CS_PACKAGES=(
         libmicrohttpd-dev libcgroup-dev
         openssl mmdebstrap busybox-static e2fsprogs
         python3 python3-grpcio python3-protobuf python3-yaml
+        help2man
 )
 # The fuzz targets' libFuzzer build (tests/fuzz/, a ctest fixture of its own): test-only, not
 # part of the build the Dockerfile makes.
@@ -20,7 +21,9 @@ CS_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 # test-only too.
 # pip, setuptools and wheel: clients.python_sdk installs the Python SDK offline
 # (pip install --no-build-isolation ./clients/python).
-CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel)
+# zsh and man-db: integration.computectl checks `computectl completion zsh` with zsh and
+# renders the man page with `man -l`.
+CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel zsh man-db)
 
 # runsc comes from Debian 13 (trixie): Debian 12's (2022-12) fails statx inside the sandbox
 # (`ls -l` gets EINVAL) and runs on the slow ptrace platform. Debian 13's is one static binary

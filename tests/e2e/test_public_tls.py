@@ -216,14 +216,14 @@ class ServerTlsTest(TlsCase):
 
     def test_computectl_without_tls_fails_clearly(self):
         r = self.computectl("describe", "x")
-        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.returncode, 125, r.stderr)
         self.assertIn("computectl: UNAVAILABLE: ", r.stderr)
         self.assertIn("If it serves TLS, add --tls (and --tls-ca FILE)", r.stderr)
 
     def test_computectl_with_system_cas_fails_clearly(self):
         # The test CA is in no system bundle: the handshake fails.
         r = self.computectl("--tls", "describe", "x")
-        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.returncode, 125, r.stderr)
         self.assertIn("no connection over TLS: check", r.stderr)
 
     def test_computectl_bad_tls_files(self):
@@ -236,7 +236,7 @@ class ServerTlsTest(TlsCase):
                 (["--tls-ca", cert("server.key")], "no PEM certificate")):
             with self.subTest(args=args):
                 r = self.computectl(*args, "describe", "x")
-                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertEqual(r.returncode, 125, r.stderr)
                 self.assertIn("INVALID_ARGUMENT" if "missing.crt" not in needle else needle,
                               r.stderr)
                 self.assertIn(needle, r.stderr)
@@ -290,7 +290,7 @@ class MutualTlsTest(TlsCase):
 
     def test_computectl_without_client_certificate_fails(self):
         r = self.computectl("--tls-ca", cert("ca.crt"), "describe", "x")
-        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.returncode, 125, r.stderr)
         self.assertIn("UNAVAILABLE", r.stderr)
         self.assertIn("--tls-cert", r.stderr)
 

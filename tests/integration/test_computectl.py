@@ -30,7 +30,8 @@ CTL = os.path.join(BUILD_DIR, "bin", "computectl")
 FRONTEND = os.path.join(BUILD_DIR, "bin", "compute-frontend")
 MIB = 1024 * 1024
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-COMMANDS = ["create", "describe", "destroy", "list", "exec", "cp", "ls"]
+COMMANDS = ["create", "describe", "destroy", "list", "exec", "cp", "ls", "version",
+            "completion"]
 
 # Everything started is stopped by these, in reverse order, whatever happens: after the tests,
 # when setUpClass fails half-way, and on SIGTERM (ctest's timeout).
@@ -112,12 +113,15 @@ def kv_lines(text):
     return out
 
 
-class ComputectlTest(unittest.TestCase):
+class ServiceTestCase(unittest.TestCase):
+    """A frontend and an agent (started with AGENT_ARGS) for the class's tests, and helpers."""
+    AGENT_ARGS = ()
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="cs-ctl-", dir="/tmp")
         _cleanups.append(lambda: shutil.rmtree(cls.tmp, ignore_errors=True))
-        cls.agent = AgentProcess(BUILD_DIR)
+        cls.agent = AgentProcess(BUILD_DIR, *cls.AGENT_ARGS)
         # runsc also makes cgroups in named hierarchies (e.g. /sys/fs/cgroup/systemd).
         _cleanups.append(lambda: remove_cgroup(cls.agent.cgroup_parent))
         _cleanups.append(cls.agent.cleanup)
@@ -167,6 +171,33 @@ class ComputectlTest(unittest.TestCase):
         self.assertRegex(sid, UUID_RE)
         return sid
 
+    def assert_start_errors(self, sid):
+        """A command that cannot be started: 127/126 and a shell's message, no runtime text."""
+        for cmd, code, msg in (
+                (["nonexistent-cmd"], 127, b"nonexistent-cmd: command not found\n"),
+                (["/no/such/file"], 127, b"/no/such/file: No such file or directory\n"),
+                (["/etc/passwd"], 126, b"/etc/passwd: Permission denied\n"),
+                (["/tmp"], 126, b"/tmp: Permission denied\n")):
+            p = self.ctl("exec", sid, "--", *cmd)
+            self.assertEqual((p.returncode, p.stdout, p.stderr), (code, b"", msg),
+                             self.explain(p))
+            p = self.ctl("--json", "exec", sid, "--", *cmd)
+            events = [json.loads(ln) for ln in p.stdout.decode().splitlines()]
+            self.assertEqual(p.returncode, code, self.explain(p))
+            self.assertEqual(events[-1]["exit_code"], code, events)
+            self.assertEqual([base64.b64decode(e["data"]) for e in events
+                              if e["event"] == "stderr"], [msg], events)
+        p = self.ctl("exec", "--cwd", "/no/such/dir", sid, "--", "true")
+        self.assertEqual((p.returncode, p.stderr),
+                         (127, b"cannot enter working directory /no/such/dir: "
+                               b"No such file or directory\n"), self.explain(p))
+        # The command's own statuses pass through, 125, 126 and 127 too.
+        for code in (1, 125, 126, 127, 128):
+            p = self.ctl("exec", sid, "--", "sh", "-c", f"exit {code}")
+            self.assertEqual(p.returncode, code, self.explain(p))
+
+
+class ComputectlTest(ServiceTestCase):
     # --- tests ---
 
     def test_help_and_usage_errors(self):
@@ -185,20 +216,20 @@ class ComputectlTest(unittest.TestCase):
                      ["list", "--tenant", "t", "--page-size", "1001"]):
             p = subprocess.run([CTL, "--addr", self.frontend.address, *args],
                                capture_output=True, timeout=30)
-            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(p.returncode, 125, (args, p.stderr))
             self.assertTrue(p.stderr.startswith(b"computectl: "), (args, p.stderr))
             self.assertEqual(p.stdout, b"", args)
 
     def test_errors_name_the_status(self):
         p = self.ctl("describe", "not-a-uuid")
-        self.assertEqual(p.returncode, 1, self.explain(p))
+        self.assertEqual(p.returncode, 125, self.explain(p))
         self.assertTrue(p.stderr.startswith(b"computectl: INVALID_ARGUMENT: "), self.explain(p))
         p = self.ctl("describe", str(uuid.uuid4()))
-        self.assertEqual(p.returncode, 1, self.explain(p))
+        self.assertEqual(p.returncode, 125, self.explain(p))
         self.assertTrue(p.stderr.startswith(b"computectl: NOT_FOUND: "), self.explain(p))
         p = subprocess.run([CTL, "--addr", f"127.0.0.1:{free_port()}", "--timeout", "5",
                             "describe", str(uuid.uuid4())], capture_output=True, timeout=30)
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, 125, p.stderr)
         self.assertTrue(p.stderr.startswith(b"computectl: UNAVAILABLE: "), p.stderr)
 
     def test_readme_session(self):
@@ -393,6 +424,341 @@ class ComputectlTest(unittest.TestCase):
         self.assertIn(b"3.0 MiB / 3.0 MiB", out)
         self.ok("destroy", sid)
 
+    def test_version(self):
+        p = subprocess.run([CTL, "--version"], capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, rb"^computectl \d+\.\d+\.\d+\n$")
+        version = p.stdout.split()[1].decode()
+        p = subprocess.run([CTL, "version"], capture_output=True, timeout=30)
+        self.assertEqual(p.stdout.decode().splitlines()[0], f"client: computectl {version}")
+        self.assertIn("server: unknown", p.stdout.decode())
+        p = subprocess.run([CTL, "version", "--json"], capture_output=True, timeout=30)
+        self.assertEqual(json.loads(p.stdout),
+                         {"client_version": version, "server_version": None})
+
+    def complete(self, shell, words, cword):
+        """The words that `shell`'s completion of `computectl completion SHELL` offers."""
+        if shell == "bash":
+            script = ('source <("$CTL" completion bash) || exit 9; COMP_WORDS=("$@"); '
+                      'COMP_CWORD=$CWORD; _computectl; printf "%s\\n" "${COMPREPLY[@]}"')
+            argv = ["bash", "-c", script, "bash", *words]
+        else:
+            # compadd and _files stubbed: they print what they were given (compadd filters by
+            # the prefix itself in real zsh).
+            script = ('compdef() { :; }; compadd() { [ "$1" = -- ] && shift; '
+                      'printf "%s\\n" "$@"; }; _files() { echo FILES; }; '
+                      'source <("$CTL" completion zsh) || exit 9; CURRENT=$((CWORD + 1)); '
+                      'words=("$@"); _computectl; :')
+            argv = ["zsh", "-f", "-c", script, "zsh", *words]
+        p = subprocess.run(argv, capture_output=True, timeout=30, text=True,
+                           env={**os.environ, "CTL": CTL, "CWORD": str(cword)})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        got = set(p.stdout.split())
+        if shell == "zsh":  # as compadd would: only the words with the typed prefix
+            got = {w for w in got if w == "FILES" or w.startswith(words[cword])}
+        return got
+
+    def test_completion(self):
+        commands = set(COMMANDS)
+        tls = {"--tls", "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name"}
+        self.assertIsNotNone(shutil.which("zsh"), "zsh is missing (scripts/lib.sh installs it)")
+        for shell in ("bash", "zsh"):
+            p = subprocess.run(["bash" if shell == "bash" else "zsh", "-n", "/dev/stdin"],
+                               input=subprocess.run([CTL, "completion", shell],
+                                                    capture_output=True).stdout,
+                               capture_output=True)
+            self.assertEqual(p.returncode, 0, (shell, p.stderr))
+            c = lambda *w: self.complete(shell, ["computectl", *w], len(w))  # noqa: E731
+            self.assertEqual(c(""), commands, shell)
+            self.assertEqual(c("de"), {"describe", "destroy"}, shell)
+            self.assertEqual(c("--"), {"--help", "--version", "--addr", "--json", "--timeout"} | tls)
+            self.assertEqual(c("--addr", "x", "l"), {"list", "ls"}, shell)
+            self.assertEqual(c("--addr", ""), set(), shell)  # a value: not completed
+            self.assertEqual(c("list", "--"), {"--help", "--tenant", "--status", "--limit",
+                                               "--page-size", "--addr", "--json", "--timeout"} | tls)
+            self.assertEqual(c("describe", "--json", "--t"), {"--timeout"} | tls, shell)
+            self.assertEqual(c("exec", "--t"), {"--timeout"} | tls, shell)  # exec's own, once
+            self.assertEqual(c("exec", "-e", ""), set(), shell)
+            # After exec's ID, the words are the remote command's.
+            self.assertEqual(c("exec", "SB", "--"), set(), shell)
+            self.assertEqual(c("exec", "SB", "ls", "--"), set(), shell)
+            self.assertEqual(c("completion", ""), {"bash", "zsh"}, shell)
+            self.assertEqual(c("cp", "-r", "--q"), {"--quiet"}, shell)
+        self.assertIn(self.tmp, self.complete("bash", ["computectl", "cp", self.tmp], 2))
+        self.assertEqual(self.complete("zsh", ["computectl", "cp", ""], 2), {"FILES"})
+
+    def test_man_page(self):
+        page = os.path.join(BUILD_DIR, "man", "computectl.1")
+        self.assertTrue(os.path.exists(page), f"{page}: not built (help2man)")
+        p = subprocess.run(["man", "-l", page], capture_output=True, timeout=60,
+                           env={**os.environ, "MANPAGER": "cat", "MANWIDTH": "100",
+                                "MAN_KEEP_FORMATTING": "0"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        text = re.sub(r".\x08", "", p.stdout.decode())
+        for heading in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "COMMANDS"):
+            self.assertRegex(text, rf"(?m)^{heading}$", text[:3000])
+        self.assertRegex(text, r"(?m)^\s+Exit status:$")
+        self.assertRegex(text, r"(?m)^\s+125\s+computectl's own error")
+        for name in COMMANDS:
+            self.assertRegex(text, rf"(?m)^\s+{name}\b", name)
+        self.assertIn("computectl [GLOBAL OPTION]... exec [OPTION]... ID [--] COMMAND [ARG]...",
+                      text[text.index("\nCOMMANDS\n"):])
+        self.assertIn("--recursive", text)
+
+    def test_global_options_after_the_command(self):
+        sid = self.create()
+        addr = self.frontend.address
+        p = subprocess.run([CTL, "describe", sid, "--json", "--addr", addr],
+                           capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["sandbox_id"], sid)
+        p = subprocess.run([CTL, "describe", "--addr=" + addr, "--timeout", "20s", sid, "--json"],
+                           capture_output=True, timeout=60)
+        self.assertEqual(json.loads(p.stdout)["sandbox_id"], sid, p.stderr)
+        # exec: before its ID; everything after the ID is the remote command's, untouched.
+        p = subprocess.run([CTL, "exec", "--addr", addr, "--json", sid, "--", "echo", "--json",
+                            "--addr", "x", "--", "-h"], capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        events = [json.loads(ln) for ln in p.stdout.decode().splitlines()]
+        self.assertEqual(b"".join(base64.b64decode(e["data"]) for e in events
+                                  if e["event"] == "stdout"), b"--json --addr x -- -h\n")
+        p = subprocess.run([CTL, "exec", "--addr", addr, sid, "echo", "--json"],
+                           capture_output=True, timeout=60)
+        self.assertEqual(p.stdout, b"--json\n", p.stderr)
+        # exec's own --timeout is the command's, not the call's.
+        p = subprocess.run([CTL, "exec", "--addr", addr, "--timeout", "1", sid, "sleep", "5"],
+                           capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 124, p.stderr)
+        p = subprocess.run([CTL, "list", "--tenant", "nobody-" + sid, "--json", "--addr", addr],
+                           capture_output=True, timeout=60)
+        self.assertEqual(json.loads(p.stdout)["sandboxes"], [], p.stderr)
+        # Unknown options are still refused, after the command too.
+        p = subprocess.run([CTL, "describe", sid, "--jsn", "--addr", addr],
+                           capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 125)
+        self.assertIn(b"unknown option '--jsn'", p.stderr)
+        self.ok("destroy", sid)
+
+    def test_exec_exit_codes(self):
+        sid = self.create()
+        self.assert_start_errors(sid)
+        self.assertIn("via spawner", [ln for ln in self.agent.log().splitlines()
+                                      if "exec nonexistent-cmd:" in ln][-1])
+        # computectl's own failures: 125, whatever the command would have done.
+        for args in (["exec", sid], ["exec", "--bogus", sid, "true"],
+                     ["exec", str(uuid.uuid4()), "true"], ["exec", "not-a-uuid", "true"]):
+            p = self.ctl(*args)
+            self.assertEqual(p.returncode, 125, self.explain(p))
+        p = subprocess.run([CTL, "--addr", f"127.0.0.1:{free_port()}", "--timeout", "5",
+                            "exec", sid, "true"], capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 125, p.stderr)
+        self.ok("destroy", sid)
+
+    def test_stdin_is_not_dropped_silently(self):
+        sid = self.create()
+        warning = b"computectl: exec: stdin is not forwarded"
+        p = self.ctl("exec", sid, "--", "cat", input=b"hello\n")
+        self.assertEqual(p.returncode, 0, self.explain(p))
+        self.assertEqual(p.stdout, b"")
+        self.assertTrue(p.stderr.startswith(warning), self.explain(p))
+        self.assertEqual(p.stderr.count(b"\n"), 1, "warned once")
+        src = os.path.join(self.tmp, "stdin.txt")
+        with open(src, "wb") as f:
+            f.write(b"data\n")
+        with open(src, "rb") as f:
+            p = self.ctl("exec", sid, "--", "true", stdin=f)
+        self.assertTrue(p.stderr.startswith(warning), self.explain(p))
+        # Nothing to say: /dev/null, an empty pipe, an empty file.
+        for stdin in (subprocess.DEVNULL, None):
+            p = self.ctl("exec", sid, "--", "true", stdin=stdin,
+                         **({"input": b""} if stdin is None else {}))
+            self.assertEqual((p.returncode, p.stderr), (0, b""), self.explain(p))
+        open(src, "wb").close()
+        with open(src, "rb") as f:
+            p = self.ctl("exec", sid, "--", "true", stdin=f)
+        self.assertEqual(p.stderr, b"", self.explain(p))
+        self.ok("destroy", sid)
+
+    def test_json_field_names(self):
+        tenant = str(uuid.uuid4())
+        p = self.ok("--json", "create", "--tenant", tenant, "--session", "s")
+        created = json.loads(p.stdout)
+        sid = created["sandbox_id"]
+        self.assertEqual(set(created), {"sandbox_id", "status", "created_at"})
+        self.ok("exec", sid, "true")
+        usage_keys = set(json.loads(self.ok("--json", "describe", sid).stdout)["usage"])
+        described = json.loads(self.ok("describe", sid, "--json").stdout)
+        self.assertEqual(set(described), {"sandbox_id", "status", "status_reason", "created_at",
+                                          "uptime_ms", "usage"})
+        listed = json.loads(self.ok("list", "--tenant", tenant, "--json").stdout)
+        self.assertEqual(set(listed), {"sandboxes", "truncated"})
+        entry = listed["sandboxes"][0]
+        self.assertTrue({"sandbox_id", "status", "status_reason", "created_at", "uptime_ms",
+                         "usage"} <= set(entry), entry)
+        self.assertEqual(set(entry["usage"]), usage_keys)
+        events = [json.loads(ln) for ln in
+                  self.ok("exec", "--json", sid, "true").stdout.decode().splitlines()]
+        self.assertEqual(set(events[-1]["usage"]), usage_keys)
+        ls = json.loads(self.ok("ls", sid, "--json").stdout)
+        self.assertEqual(set(ls), {"entries", "truncated"})
+        destroyed = json.loads(self.ok("destroy", sid, "--json").stdout)
+        self.assertEqual(set(destroyed), {"sandbox_id", "status", "usage"})
+        self.assertEqual((destroyed["sandbox_id"], destroyed["status"]), (sid, "DESTROYED"))
+        self.assertEqual(set(destroyed["usage"]), usage_keys)
+
+    def tree(self, root):
+        """{relative path: (kind, mode, content)} of a local tree (symlinks not followed)."""
+        out = {}
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                rel = os.path.relpath(path, root)
+                if stat.S_ISDIR(st.st_mode):
+                    out[rel] = ("dir", stat.S_IMODE(st.st_mode), None)
+                elif stat.S_ISREG(st.st_mode):
+                    with open(path, "rb") as f:
+                        out[rel] = ("file", stat.S_IMODE(st.st_mode), f.read())
+                else:
+                    out[rel] = ("other", stat.S_IMODE(st.st_mode), None)
+        return out
+
+    def test_cp_recursive(self):
+        sid = self.create()
+        src = os.path.join(self.tmp, "tree")
+        big = os.urandom(17 * MIB + 5)  # two calls each way
+        layout = {"a.txt": (0o640, b"alpha\n"), "sub/b.bin": (0o755, big),
+                  "sub/deeper/c": (0o600, b""), "sub/deeper/d e": (0o644, b"spaces\n")}
+        for rel, (mode, data) in layout.items():
+            os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+            with open(os.path.join(src, rel), "wb") as f:
+                f.write(data)
+            os.chmod(os.path.join(src, rel), mode)
+        os.makedirs(os.path.join(src, "empty"))
+        os.chmod(os.path.join(src, "empty"), 0o700)
+        os.chmod(os.path.join(src, "sub", "deeper"), 0o750)
+
+        # Up: DST does not exist, so it becomes the copy.
+        p = self.ok("--json", "cp", "-r", src, f"{sid}:up")
+        self.assertEqual(json.loads(p.stdout), {
+            "source": src, "destination": f"{sid}:up", "bytes": len(big) + 13,
+            "files": 4, "directories": 3, "skipped": 0})
+        p = self.ok("exec", sid, "--", "sh", "-c",
+                    "cd /workspace/up && find . -mindepth 1 | sort | "
+                    "while read -r f; do echo \"$(stat -c '%F %a %s' \"$f\") $f\"; done")
+        listing = {ln.split(" ./")[1]: ln.split(" ./")[0] for ln in p.stdout.decode().splitlines()}
+        self.assertEqual(set(listing), {"a.txt", "empty", "sub", "sub/b.bin", "sub/deeper",
+                                        "sub/deeper/c", "sub/deeper/d e"}, listing)
+        for rel, (mode, data) in layout.items():
+            self.assertEqual(listing[rel], f"regular file {mode:o} {len(data)}"
+                             .replace("regular file", "regular empty file" if not data
+                                      else "regular file"), rel)
+        self.assertTrue(listing["empty"].startswith("directory 700 "), listing)
+        self.assertTrue(listing["sub/deeper"].startswith("directory 750 "), listing)
+        # Into an existing directory: under the source's name.
+        self.ok("cp", "-r", src, f"{sid}:up")
+        self.ok("exec", sid, "test", "-f", "/workspace/up/tree/sub/b.bin")
+
+        # Down, with a umask of 0 so that the modes come back as they are.
+        back = os.path.join(self.tmp, "back")
+        p = self.ctl("--json", "cp", "-r", f"{sid}:up", back, preexec_fn=lambda: os.umask(0))
+        self.assertEqual(p.returncode, 0, self.explain(p))
+        self.assertEqual(json.loads(p.stdout)["files"], 8)
+        want = self.tree(src)
+        got = self.tree(back)
+        nested = {k[len("tree/"):]: v for k, v in got.items() if k.startswith("tree/")}
+        self.assertEqual({k: v for k, v in got.items() if not k.startswith("tree")}, want)
+        self.assertEqual(nested, want)
+        self.assertEqual([n for n in os.listdir(back) if "computectl" in n], [])
+        # Into an existing local directory: under the remote directory's name; the
+        # workspace's root: its entries.
+        os.makedirs(os.path.join(self.tmp, "into"))
+        self.ok("cp", "-r", f"{sid}:up/sub/deeper", os.path.join(self.tmp, "into"))
+        self.assertEqual(sorted(os.listdir(os.path.join(self.tmp, "into", "deeper"))),
+                         ["c", "d e"])
+        root = os.path.join(self.tmp, "root")
+        self.ok("cp", "-r", f"{sid}:", root)
+        self.assertTrue(os.path.isfile(os.path.join(root, "up", "tree", "a.txt")))
+
+        # A sandbox's symlinks lead nowhere on the host: one out of the workspace is
+        # refused by the server and skipped, one to a directory is skipped, nothing is
+        # written outside the destination and no symlink is made.
+        self.ok("exec", sid, "--", "sh", "-c",
+                "mkdir -p /workspace/evil/d && ln -s /etc/passwd /workspace/evil/passwd && "
+                "ln -s /etc /workspace/evil/etc && ln -s d /workspace/evil/dlink && "
+                "ln -s ../../../../../../tmp /workspace/evil/up && echo ok > /workspace/evil/f")
+        dst = os.path.join(self.tmp, "evil")
+        p = self.ctl("cp", "-r", f"{sid}:evil", dst)
+        self.assertEqual(p.returncode, 125, self.explain(p))
+        self.assertIn(b"skipped", p.stderr)
+        got = self.tree(dst)
+        self.assertEqual({k: v[0] for k, v in got.items()}, {"d": "dir", "f": "file"}, p.stderr)
+        self.assertEqual(got["f"][2], b"ok\n")
+        self.assertEqual(p.stderr.count(b"skipped '"), 4, p.stderr)
+        # A local symlink in an uploaded tree is not followed.
+        os.symlink("/etc/passwd", os.path.join(src, "link"))
+        p = self.ctl("cp", "-r", src, f"{sid}:withlink")
+        self.assertEqual(p.returncode, 125, self.explain(p))
+        self.assertIn(b"a symlink (not followed, not copied)", p.stderr)
+        p = self.ctl("exec", sid, "test", "-e", "/workspace/withlink/link")
+        self.assertEqual(p.returncode, 1, self.explain(p))
+        self.ok("exec", sid, "test", "-f", "/workspace/withlink/a.txt")
+        # A source with no name of its own (".") copies its entries; a '..' in the remote
+        # path is refused before anything is made.
+        self.ok("cp", "-r", ".", f"{sid}:dot", cwd=os.path.join(src, "sub"))
+        self.ok("exec", sid, "test", "-f", "/workspace/dot/b.bin")
+        p = self.ctl("cp", "-r", src, f"{sid}:x/../../y")
+        self.assertEqual(p.returncode, 125, self.explain(p))
+        self.assertIn(b"a '..' in the remote path", p.stderr)
+        self.ok("destroy", sid)
+
+    def test_cp_recursive_refuses_hostile_names(self):
+        """A server that lists names with '/' or '..' gets nothing written for them."""
+        sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
+        from compute.v1 import compute_pb2 as pb  # noqa: E402 (generated at build time)
+        import grpc
+        from concurrent import futures
+
+        reads = []
+
+        def list_files(req, ctx):
+            if req.path in (".", ""):
+                return pb.ListFilesResponse(entries=[pb.FileEntry(path=BAD[0], mode=0o644,
+                                                                  size=3)])
+            return pb.ListFilesResponse()
+
+        def read_file(req, ctx):
+            reads.append(req.path)
+            return pb.ReadFileResponse(data=b"bad", total_size=3, eof=True)
+
+        handler = grpc.method_handlers_generic_handler("compute.v1.ComputeService", {
+            "ListFiles": grpc.unary_unary_rpc_method_handler(
+                list_files, request_deserializer=pb.ListFilesRequest.FromString,
+                response_serializer=pb.ListFilesResponse.SerializeToString),
+            "ReadFile": grpc.unary_unary_rpc_method_handler(
+                read_file, request_deserializer=pb.ReadFileRequest.FromString,
+                response_serializer=pb.ReadFileResponse.SerializeToString)})
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        try:
+            for bad in ("../escape", "/tmp/abs", "a/b", "..", ".", ""):
+                BAD = [bad]  # noqa: F841 (read by list_files)
+                dst = os.path.join(self.tmp, "hostile")
+                shutil.rmtree(dst, ignore_errors=True)
+                before = set(os.listdir(self.tmp))
+                p = subprocess.run([CTL, "--addr", f"127.0.0.1:{port}", "cp", "-r",
+                                    f"{uuid.uuid4()}:", dst], capture_output=True, timeout=60)
+                self.assertEqual(p.returncode, 125, (bad, p.stderr))
+                self.assertIn(b"not a plain name, refused", p.stderr, bad)
+                self.assertEqual(os.listdir(dst), [], bad)
+                self.assertEqual(set(os.listdir(self.tmp)) - before, {"hostile"}, bad)
+            self.assertEqual(reads, [])
+        finally:
+            server.stop(None)
+
     def test_ctrl_c_cancels_the_remote_command(self):
         sid = self.create()
         # `sleep & wait`, not a foreground `sleep`: a shell runs a trap only once its
@@ -428,6 +794,19 @@ class ComputectlTest(unittest.TestCase):
         self.assertEqual(p.stdout, b"term\n", self.explain(p))
         p = self.ok("cp", f"{sid}:t", "-")
         self.assertEqual(p.stdout, b"term\n")
+        self.ok("destroy", sid)
+
+
+class ExecWithoutSpawnerTest(ServiceTestCase):
+    """The agent's other exec path (runsc exec) reports a command that cannot start as the
+    spawner does."""
+    AGENT_ARGS = ("--spawner=off",)
+
+    def test_start_errors(self):
+        sid = self.create()
+        self.assert_start_errors(sid)
+        self.assertIn("via runsc exec", [ln for ln in self.agent.log().splitlines()
+                                         if "exec nonexistent-cmd:" in ln][-1])
         self.ok("destroy", sid)
 
 

@@ -193,10 +193,50 @@ static void test_runsc_strips_own_errors(void **state)
                      "executing processes for container: cannot execute in container \"cs-x\" "
                      "in state stopped\n"
                      "mine 3";
-        size_t n = f->rt->ops->strip_own_errors(f->rt, buf, strlen(buf));
+        rt_start_error start = { 0 };
+        size_t n = f->rt->ops->strip_own_errors(f->rt, buf, strlen(buf), &start);
 
         assert_int_equal(n, strlen("mine 1\nmine 2\nmine 3"));
         assert_memory_equal(buf, "mine 1\nmine 2\nmine 3", n);
+        assert_int_equal(start.exit_code, 0); /* a stopped container: not a start failure */
+}
+
+/* runsc exec's lines for a command that never started (as runsc 20240729 words them) are
+ * told as the spawner tells them: 127/126 and a shell's message, no runsc internals. */
+static void test_runsc_start_errors(void **state)
+{
+        static const struct {
+                const char *why;
+                int code;
+                const char *msg;
+        } cases[] = {
+                { "error finding executable \"nope\" in PATH [/usr/bin /bin]: no such file or "
+                  "directory",
+                  127, "nope: command not found" },
+                { "failed to load /no/such: no such file or directory", 127,
+                  "/no/such: No such file or directory" },
+                { "failed to load /etc/passwd: permission denied", 126,
+                  "/etc/passwd: Permission denied" },
+                { "failed to find initial working directory \"/nodir\": no such file or "
+                  "directory",
+                  127, "cannot enter working directory /nodir: No such file or directory" },
+                { "something else: no such file or directory", 0, "" },
+                { "failed to load /x: input/output error", 0, "" },
+        };
+        runsc_fixture *f = *state;
+
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                _cleanup_free_ char *buf = cs_xasprintf(
+                        "executing processes for container: executing command \"x\" in "
+                        "sandbox: %s\n",
+                        cases[i].why);
+                rt_start_error start = { 0 };
+                size_t n = f->rt->ops->strip_own_errors(f->rt, buf, strlen(buf), &start);
+
+                assert_int_equal(n, 0);
+                assert_int_equal(start.exit_code, cases[i].code);
+                assert_string_equal(start.msg, cases[i].msg);
+        }
 }
 
 int main(void)
@@ -205,6 +245,8 @@ int main(void)
                 cmocka_unit_test(test_descendants),
                 cmocka_unit_test(test_descendants_bad_table),
                 cmocka_unit_test_setup_teardown(test_runsc_strips_own_errors, setup_runsc,
+                                                teardown_runsc),
+                cmocka_unit_test_setup_teardown(test_runsc_start_errors, setup_runsc,
                                                 teardown_runsc),
                 cmocka_unit_test_setup_teardown(test_runsc_absent_by_list, setup_runsc,
                                                 teardown_runsc),
