@@ -194,7 +194,9 @@ bool rpc_call_cancelled(rpc_call *call);
 int rpc_call_cancel_fd(const rpc_call *call);
 
 /* Why the call was cancelled, as the status the handler should end with
- * (DEADLINE_EXCEEDED or CANCELLED). Only meaningful when rpc_call_cancelled(). */
+ * (DEADLINE_EXCEEDED or CANCELLED): DEADLINE_EXCEEDED when it was cancelled at its deadline
+ * or within 200 ms before it (the client's own timer, which fires first, cancels it then).
+ * Only meaningful when rpc_call_cancelled(). */
 grpc_status_code rpc_call_cancel_status(rpc_call *call);
 
 /* Streaming handlers: sends one message. One message may be in flight per call: this first

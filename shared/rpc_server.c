@@ -117,7 +117,8 @@ struct rpc_call {
         int refs;
 
         rpc_tag close_tag;
-        int close_cancelled; /* written by gRPC when the close op completes */
+        int close_cancelled;  /* written by gRPC when the close op completes */
+        int64_t cancelled_ms; /* monotonic, when `cancelled` became true (set before it) */
         atomic_bool cancelled;
         int cancel_fd;
 
@@ -173,10 +174,18 @@ grpc_call *rpc_call_grpc(rpc_call *c)
         return c->call;
 }
 
+/* A client's deadline is ours minus the time its request took to reach us, so its timer
+ * fires first and its cancel arrives just before our deadline: a cancel this close to the
+ * deadline is the deadline's doing (what the client itself reports). */
+#define RPC_DEADLINE_SLACK_MS 200
+
 grpc_status_code rpc_call_cancel_status(rpc_call *c)
 {
-        return cs_now_monotonic_ms() >= c->deadline_ms ? GRPC_STATUS_DEADLINE_EXCEEDED
-                                                       : GRPC_STATUS_CANCELLED;
+        /* When the call was cancelled, not when the handler asks (it may ask much later). */
+        int64_t at = atomic_load(&c->cancelled) ? c->cancelled_ms : cs_now_monotonic_ms();
+
+        return at >= c->deadline_ms - RPC_DEADLINE_SLACK_MS ? GRPC_STATUS_DEADLINE_EXCEEDED
+                                                            : GRPC_STATUS_CANCELLED;
 }
 
 const char *rpc_call_metadata(const rpc_call *c, const char *key, size_t *ret_len)
@@ -376,6 +385,7 @@ static void on_close(void *owner, bool ok)
         (void)ok;
         if (c->close_cancelled) {
                 uint64_t one = 1;
+                c->cancelled_ms = cs_now_monotonic_ms();
                 atomic_store(&c->cancelled, true);
                 (void)!write(c->cancel_fd, &one, sizeof(one));
         }
@@ -670,8 +680,13 @@ static void *handler_main(void *arg)
         grpc_byte_buffer *resp;
 
         resp = call_dispatch(c, &err);
-        if (rpc_call_cancelled(c) && !err)
+        /* A call that ended early ends with why: a handler's CANCELLED (e.g. from a child
+         * call cancelled with it) says DEADLINE_EXCEEDED when the deadline is what ended it,
+         * as the client saw, in the metrics and the access log. */
+        if (rpc_call_cancelled(c) && (!err || err->code == GRPC_STATUS_CANCELLED)) {
+                cs_error_free(TAKE_PTR(err));
                 call_ended_error(c, &err);
+        }
         call_finish(c, resp, err);
         call_count_handled(c, err ? err->code : GRPC_STATUS_OK);
         if (resp)

@@ -148,6 +148,15 @@ class AccessLogTest(unittest.TestCase):
         self.assertTrue(done.timed_out)
         line = self.access(rid, "ExecCommand")
         self.assertEqual((line["outcome"], line["exit_code"]), ("timed_out", -1))
+        # The call's own deadline: DEADLINE_EXCEEDED, the tenant still named.
+        rid = self.rid()
+        req = c.pb.ExecCommandRequest(sandbox_id=sid, command="sleep", args=["30"])
+        with self.assertRaises(grpc.RpcError) as e:
+            collect_exec(c.ExecStream(req, timeout=1, metadata=self.md(rid)))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+        line = self.access(rid, "ExecCommand")
+        self.assertEqual((line["code"], line["tenant"], line["sandbox_id"]),
+                         ("DEADLINE_EXCEEDED", tenant, sid))
 
         rid = self.rid()
         c.DescribeSandbox(c.pb.DescribeSandboxRequest(sandbox_id=sid), timeout=30,
