@@ -253,9 +253,11 @@ void rpc_call_defer(rpc_call *call, void (*fn)(void *), void *arg);
  * shutdown); ERROR for a server fault (INTERNAL, UNKNOWN, DATA_LOSS). */
 #define RPC_CALL_LOG_FIELDS_MAX 24
 
-/* Adds a field to the call's access-log line (key: a string constant, see cs_log_field);
- * a string value is copied. Adding a key again replaces its value; fields beyond
- * RPC_CALL_LOG_FIELDS_MAX are dropped. From the handler's thread. */
+/* Adds a field to the call's access-log line (key: a string constant, see cs_log_field;
+ * not one of the layer's own: method, code, duration_ms, peer, error); a string value is
+ * copied. Adding a key again replaces its value; fields beyond RPC_CALL_LOG_FIELDS_MAX, and
+ * fields with a key the logger or the layer refuses, are dropped. From the handler's
+ * thread. */
 void rpc_call_add_log_field(rpc_call *call, cs_log_field field);
 
 /* The level of this call's access-log line when it ends OK (e.g. health checks, which

@@ -216,8 +216,16 @@ void rpc_call_set_sandbox_id(rpc_call *c, const char *sandbox_id)
 
 void rpc_call_add_log_field(rpc_call *c, cs_log_field f)
 {
+        static const char *const layer_keys[] = { "method", "code", "duration_ms", "peer",
+                                                  "error" };
         size_t i = 0;
 
+        for (size_t k = 0; k < ARRAY_SIZE(layer_keys); k++) {
+                if (f.key && strcmp(f.key, layer_keys[k]) == 0)
+                        return; /* the layer's own: a JSON object has each key once */
+        }
+        if (!cs_log_key_valid(f.key))
+                return;
         if (f.type == CS_LOG_FIELD_STR && f.v.s)
                 f.v.s = rpc_call_strdup(c, f.v.s);
         while (i < c->n_log_fields && strcmp(c->log_fields[i].key, f.key) != 0)

@@ -39,12 +39,20 @@ class Frontend(FrontendProcess):
         return ["--agents", self.agent.address, "--agent-poll-ms", "200", "--log-format", "json"]
 
 
+def unique_keys(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"a key twice: {keys}")
+    return dict(pairs)
+
+
 def json_lines(text, who):
-    """Every line of a log as a JSON object; fails on the first that is not one."""
+    """Every line of a log as a JSON object (each key once); fails on the first that is
+    not one."""
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=unique_keys)
         except ValueError as e:
             raise AssertionError(f"{who} log line {n} is not JSON ({e}): {line!r}")
         if not isinstance(obj, dict):

@@ -46,6 +46,10 @@ static int h_unary(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMes
         rpc_call_add_log_field(call, CS_LOG_STR("tenant", "replaced"));
         rpc_call_add_log_field(call, CS_LOG_STR("tenant", TENANT));
         rpc_call_add_log_field(call, CS_LOG_INT("exit_code", -7));
+        /* The layer's own keys and bad keys are refused (no slot taken, no duplicate key). */
+        rpc_call_add_log_field(call, CS_LOG_STR("code", "forged"));
+        rpc_call_add_log_field(call, CS_LOG_STR("msg", "forged"));
+        rpc_call_add_log_field(call, CS_LOG_STR("Bad Key", "forged"));
         if (strcmp(req->text, "many") == 0) {
                 for (size_t i = 0; i < ARRAY_SIZE(many_keys); i++)
                         rpc_call_add_log_field(call, CS_LOG_UINT(many_keys[i], i));
@@ -166,7 +170,7 @@ static int group_teardown(void **state)
 }
 
 /* The access lines of request id rid so far that have the field `key` (every line of the
- * log must be JSON). */
+ * log must be JSON, each key once). */
 static json_t *access_lines(const char *rid, const char *key)
 {
         json_t *out = json_array();
@@ -190,7 +194,7 @@ static json_t *access_lines(const char *rid, const char *key)
         buf[len] = '\0';
         for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
                 json_error_t e;
-                json_t *j = json_loads(line, 0, &e);
+                json_t *j = json_loads(line, JSON_REJECT_DUPLICATES, &e);
 
                 if (!j)
                         fail_msg("log line is not JSON (%s): %s", e.text, line);
@@ -272,6 +276,8 @@ static void test_ok_call(void **state)
         assert_string_equal(str(line, "tenant"), TENANT);
         assert_int_equal(json_integer_value(json_object_get(line, "exit_code")), -7);
         assert_null(json_object_get(line, "error"));
+        assert_null(json_object_get(line, "Bad Key"));
+        assert_string_equal(str(line, "msg"), "access");
         json_decref(line);
 }
 

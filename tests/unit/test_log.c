@@ -32,12 +32,12 @@ static void render(rendered *r, bool json, const char *req, const char *sb, cons
         assert_null(memchr(r->buf, '\n', r->len - 1));
 }
 
-/* The line as a JSON object (the test fails when it does not parse). jansson refuses bad
- * UTF-8, so a parse also proves the line is UTF-8. */
+/* The line as a JSON object (the test fails when it does not parse, or has a key twice).
+ * jansson refuses bad UTF-8, so a parse also proves the line is UTF-8. */
 static json_t *parse_json(const rendered *r)
 {
         json_error_t e;
-        json_t *j = json_loadb(r->buf, r->len, 0, &e);
+        json_t *j = json_loadb(r->buf, r->len, JSON_REJECT_DUPLICATES, &e);
 
         if (!j)
                 fail_msg("not JSON (%s): %s", e.text, r->buf);
