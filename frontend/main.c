@@ -265,6 +265,8 @@ int main(int argc, char **argv)
         reflection =
                 cs_reflection_new(cs_reflection_descriptors, cs_reflection_descriptors_len, &err);
         sched = reflection ? scheduler_new(&err) : NULL;
+        /* Every public call's access-log line at info (health checks excepted: health.c). */
+        cfg.access_log_level = CS_LOG_INFO;
         if (sched)
                 srv = cs_daemon_server_new(&cfg, services, &err);
         if (srv) {

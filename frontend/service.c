@@ -36,6 +36,40 @@ static Nodeagent__V1__SandboxRef *route_ref(rpc_call *call, const fe_route *rout
         return ref;
 }
 
+/* --- the access log (rpc.h): what each method adds to its line ----------------------- */
+
+/* Usage under the API's UsageMetrics field names. */
+static void log_usage(rpc_call *call, const usage_metrics *u)
+{
+        rpc_call_add_log_field(call, CS_LOG_UINT("cpu_ms", u->cpu_ms));
+        rpc_call_add_log_field(call, CS_LOG_UINT("memory_peak_bytes", u->memory_peak_bytes));
+        rpc_call_add_log_field(call, CS_LOG_UINT("memory_avg_bytes", u->memory_avg_bytes));
+        rpc_call_add_log_field(call, CS_LOG_UINT("disk_read_bytes", u->disk_read_bytes));
+        rpc_call_add_log_field(call, CS_LOG_UINT("disk_write_bytes", u->disk_write_bytes));
+        rpc_call_add_log_field(call, CS_LOG_UINT("network_egress_bytes", u->network_egress_bytes));
+        rpc_call_add_log_field(call,
+                               CS_LOG_UINT("network_ingress_bytes", u->network_ingress_bytes));
+}
+
+/* How an exec ended (ExecCompleted): exit_code, signal, outcome (exited, signaled,
+ * oom_killed, cancelled or timed_out), wall_ms and its usage. */
+static void log_exec_completed(rpc_call *call, const Compute__V1__ExecCompleted *done)
+{
+        usage_metrics u = { 0 };
+        const char *outcome = done->timed_out    ? "timed_out"
+                              : done->cancelled  ? "cancelled"
+                              : done->oom_killed ? "oom_killed"
+                              : done->signal     ? "signaled"
+                                                 : "exited";
+
+        rpc_call_add_log_field(call, CS_LOG_STR("outcome", outcome));
+        rpc_call_add_log_field(call, CS_LOG_INT("exit_code", done->exit_code));
+        rpc_call_add_log_field(call, CS_LOG_INT("signal", done->signal));
+        rpc_call_add_log_field(call, CS_LOG_INT("wall_ms", pb_duration_ms(done->wall_time)));
+        pb_usage_read(done->usage, &u);
+        log_usage(call, &u);
+}
+
 /* --- lifecycle ------------------------------------------------------------------------- */
 
 static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMessage *resp_msg,
@@ -62,9 +96,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         (void)userdata;
         if (fe_service_create(&svc, &spec, &ctx, &v, err) < 0)
                 return -1;
-        rpc_call_set_sandbox_id(call, v.id);
-        rpc_call_log(call, CS_LOG_INFO, "sandbox for tenant %s session %s", req->tenant_id,
-                     req->session_id);
+        rpc_call_set_sandbox_id(call, v.id); /* the access log names it */
         resp->sandbox_id = rpc_call_strdup(call, v.id);
         resp->status = (Compute__V1__SandboxStatus)v.status;
         resp->created_at = pb_timestamp(call, v.created_at_ms);
@@ -139,8 +171,7 @@ static int h_list(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMess
         for (size_t i = 0; i < l.n; i++)
                 resp->sandboxes[i] = summary_of(call, &l.v[i], now);
         resp->next_page_token = rpc_call_strdup(call, next);
-        rpc_call_log(call, CS_LOG_DEBUG, "listed %zu sandboxes of tenant %s%s", l.n, req->tenant_id,
-                     next[0] ? " (more follow)" : "");
+        rpc_call_add_log_field(call, CS_LOG_UINT("sandboxes", l.n));
         fe_view_list_clear(&l);
         return 0;
 }
@@ -156,7 +187,7 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
         (void)userdata;
         if (fe_service_destroy(&svc, req->sandbox_id, &ctx, &v, err) < 0)
                 return -1;
-        rpc_call_log(call, CS_LOG_INFO, "sandbox destroyed");
+        log_usage(call, &v.usage); /* the final usage, in the access log with the tenant */
         resp->sandbox_id = req->sandbox_id;
         resp->total_usage = pb_usage(call, &v.usage);
         fe_view_clear(&v);
@@ -172,6 +203,7 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         Nodeagent__V1__ExecRequest__EnvEntry *env;
         rpc_call_options opts = { .parent = call };
         rpc_stream *st = NULL;
+        ProtobufCMessage *last = NULL;
         fe_ctx ctx = fe_ctx_from_call(call);
         fe_route route;
         int r;
@@ -202,9 +234,15 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         r = rpc_stream_open(route.channel, NA("Exec"), &out.base,
                             &compute__v1__exec_event__descriptor, &opts, &st, err);
         if (r == 0)
-                r = rpc_stream_relay(call, st, NULL, NULL, err);
+                r = rpc_stream_relay_last(call, st, &last, err);
         rpc_stream_free(st);
         fe_route_release(&route);
+        /* The completed event is always the last: how the command ended, for the log. */
+        if (last && ((Compute__V1__ExecEvent *)last)->event_case ==
+                            COMPUTE__V1__EXEC_EVENT__EVENT_COMPLETED)
+                log_exec_completed(call, ((Compute__V1__ExecEvent *)last)->completed);
+        if (last)
+                protobuf_c_message_free_unpacked(last, NULL);
         return r;
 }
 

@@ -20,6 +20,15 @@ static int check_sandbox_id(const fe_ctx *ctx, const char *id, cs_error **err)
         return 0;
 }
 
+/* The tenant the call is about, for its access-log line (rpc.h): the one a request names
+ * (as claimed, even when the checks refuse it: the logger escapes and bounds it) or the one
+ * that owns the sandbox it names. */
+static void log_tenant(const fe_ctx *ctx, const char *tenant)
+{
+        if (ctx->parent && tenant && tenant[0])
+                rpc_call_add_log_field(ctx->parent, CS_LOG_STR("tenant", tenant));
+}
+
 static int check_id(const char *name, const char *v, cs_error **err)
 {
         size_t len = strlen(v);
@@ -87,17 +96,27 @@ static int tenant_take(const frontend_service *svc, const char *tenant, fe_hold 
         }
 }
 
-/* The same for the tenant that owns sandbox id, when the scheduler knows it. */
-static int sandbox_tenant_take(const frontend_service *svc, const char *id, fe_hold *ret,
-                               cs_error **err)
+/* The same for the tenant that owns sandbox id, when the scheduler knows it (then also
+ * named in the call's access log). */
+static int sandbox_tenant_take(const frontend_service *svc, const char *id, const fe_ctx *ctx,
+                               fe_hold *ret, cs_error **err)
 {
         char tenant[CS_ID_MAX + 1] = "";
 
         memset(ret, 0, sizeof(*ret));
-        if (!svc->tenant_share || !svc->sched->ops->tenant_of ||
-            !svc->sched->ops->tenant_of(svc->sched, id, tenant))
+        if (!svc->sched->ops->tenant_of || !svc->sched->ops->tenant_of(svc->sched, id, tenant))
                 return 0;
+        log_tenant(ctx, tenant);
         return tenant_take(svc, tenant, ret, err);
+}
+
+/* After a describe or destroy: the owner as the scheduler's view has it (a sandbox its map
+ * or cache did not know before the call). */
+static int view_tenant(const fe_ctx *ctx, int r, const fe_view *v)
+{
+        if (r == 0)
+                log_tenant(ctx, v->tenant_id);
+        return r;
 }
 
 /* The route op, holding the tenant's unit from before it (a route may wait for a STARTING
@@ -107,7 +126,7 @@ static int route_held(const frontend_service *svc, const char *id, const fe_ctx 
 {
         fe_hold hold;
 
-        if (sandbox_tenant_take(svc, id, &hold, err) < 0)
+        if (sandbox_tenant_take(svc, id, ctx, &hold, err) < 0)
                 return -1;
         if (svc->sched->ops->route(svc->sched, id, ctx, ret, err) < 0) {
                 fe_hold_give(&hold);
@@ -124,6 +143,9 @@ int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe
         fe_hold hold;
         int r;
 
+        log_tenant(ctx, spec->tenant_id);
+        if (ctx->parent && spec->session_id && spec->session_id[0])
+                rpc_call_add_log_field(ctx->parent, CS_LOG_STR("session", spec->session_id));
         if (check_id("tenant_id", spec->tenant_id, err) < 0 ||
             check_id("session_id", spec->session_id, err) < 0 ||
             check_workspace_size(spec->size, err) < 0)
@@ -146,11 +168,11 @@ int fe_service_describe(const frontend_service *svc, const char *id, const fe_ct
         fe_hold hold;
         int r;
 
-        if (check_sandbox_id(ctx, id, err) < 0 || sandbox_tenant_take(svc, id, &hold, err) < 0)
+        if (check_sandbox_id(ctx, id, err) < 0 || sandbox_tenant_take(svc, id, ctx, &hold, err) < 0)
                 return -1;
         r = svc->sched->ops->describe(svc->sched, id, ctx, ret, err);
         fe_hold_give(&hold);
-        return r;
+        return view_tenant(ctx, r, ret);
 }
 
 int fe_service_destroy(const frontend_service *svc, const char *id, const fe_ctx *ctx, fe_view *ret,
@@ -159,11 +181,11 @@ int fe_service_destroy(const frontend_service *svc, const char *id, const fe_ctx
         fe_hold hold;
         int r;
 
-        if (check_sandbox_id(ctx, id, err) < 0 || sandbox_tenant_take(svc, id, &hold, err) < 0)
+        if (check_sandbox_id(ctx, id, err) < 0 || sandbox_tenant_take(svc, id, ctx, &hold, err) < 0)
                 return -1;
         r = svc->sched->ops->destroy(svc->sched, id, ctx, ret, err);
         fe_hold_give(&hold);
-        return r;
+        return view_tenant(ctx, r, ret);
 }
 
 int fe_service_list(const frontend_service *svc, const char *tenant_id, fe_status status,
@@ -181,6 +203,7 @@ int fe_service_list(const frontend_service *svc, const char *tenant_id, fe_statu
 
         memset(ret, 0, sizeof(*ret));
         next_token[0] = '\0';
+        log_tenant(ctx, tenant_id);
         if (check_id("tenant_id", tenant_id, err) < 0)
                 return -1;
         if ((unsigned)status > FE_STATUS_DESTROYED)

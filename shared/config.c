@@ -106,6 +106,10 @@ int cs_config_parse(const cs_program *prog, int argc, char **argv, int *ret_rest
                         cs_config_print_help(prog, stdout);
                         return 1;
                 }
+                if (strcmp(arg, "--version") == 0) {
+                        printf("%s %s\n", prog->name, CS_VERSION);
+                        return 1;
+                }
                 if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
                         if (ret_rest && strcmp(arg, "--") != 0) {
                                 *ret_rest = i;
@@ -169,5 +173,6 @@ void cs_config_print_help(const cs_program *prog, FILE *out)
                         fprintf(out, "      env: (none)");
                 fprintf(out, "; default: %s\n", o->def && *o->def ? o->def : "(empty)");
         }
+        fprintf(out, "  --version\n      Print \"%s %s\" and exit.\n", prog->name, CS_VERSION);
         fprintf(out, "  --help\n      Print this help and exit.\n");
 }

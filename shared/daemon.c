@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <grpc/support/log.h>
+
 #include "health.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -17,6 +19,22 @@
 #include "seccomp_filter.h"
 #include "signals.h"
 #include "util.h"
+
+/* gRPC core's lines (gpr_log), from any of its threads, as one of ours each: never its own
+ * "E1203 12:00:00.000 ... file.cc:123] ..." text, which a JSON log could not parse. */
+static void grpc_log_line(gpr_log_func_args *a)
+{
+        cs_log_level level = a->severity == GPR_LOG_SEVERITY_ERROR  ? CS_LOG_ERROR
+                             : a->severity == GPR_LOG_SEVERITY_INFO ? CS_LOG_INFO
+                                                                    : CS_LOG_DEBUG;
+        cs_log_field f[] = {
+                CS_LOG_STR("source", "grpc"),
+                CS_LOG_STR("grpc_file", a->file),
+                CS_LOG_INT("grpc_line", a->line),
+        };
+
+        cs_log_fields(level, NULL, NULL, f, ARRAY_SIZE(f), "%s", a->message ? a->message : "");
+}
 
 int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err)
 {
@@ -31,6 +49,8 @@ int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "--log-format: '%s' is not text or json", cfg->log_format);
         cs_log_setup(level, json);
+        /* Before grpc_init, so that not even its first line is printed its own way. */
+        gpr_set_log_function(grpc_log_line);
         return 0;
 }
 
@@ -359,6 +379,7 @@ rpc_server *cs_daemon_server_new(const cs_daemon_config *cfg, const char *const 
                                       : cfg->max_calls > 1    ? (unsigned)cfg->max_calls / 2
                                                               : 1,
                 .grace_ms = cfg->grace_ms,
+                .access_log_level = cfg->access_log_level,
         };
         tls_files t;
         int tls;
@@ -555,6 +576,7 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
 {
         cs_metrics_server *ms = NULL;
         _cleanup_free_ char *token = NULL;
+        cs_log_field version = CS_LOG_STR("version", CS_VERSION);
         int sig, r;
         mode_t mask;
 
@@ -590,10 +612,13 @@ int cs_daemon_serve(rpc_server *srv, const char *name, cs_error **err)
                 return -1;
         }
         if (unix_socket[0])
-                log_info("%s serving on unix:%s (mode %s%s)%s", name, unix_socket,
-                         listen_group[0] ? "0660, group " : "0600", listen_group, tls_mode(srv));
+                cs_log_fields(CS_LOG_INFO, NULL, NULL, &version, 1,
+                              "%s %s serving on unix:%s (mode %s%s)%s", name, CS_VERSION,
+                              unix_socket, listen_group[0] ? "0660, group " : "0600", listen_group,
+                              tls_mode(srv));
         else
-                log_info("%s serving on port %d%s", name, rpc_server_port(srv), tls_mode(srv));
+                cs_log_fields(CS_LOG_INFO, NULL, NULL, &version, 1, "%s %s serving on port %d%s",
+                              name, CS_VERSION, rpc_server_port(srv), tls_mode(srv));
         sig = cs_signals_wait();
         log_info("%s: %s received, shutting down", name, strsignal(sig));
         cs_metrics_server_stop(ms); /* its collector reads srv */

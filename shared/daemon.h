@@ -25,6 +25,9 @@ typedef struct cs_daemon_config {
         char *metrics_listen;
         char *metrics_token_file;
         char *seccomp; /* "on", or "off" or "log" (debugging only): the syscall allowlist */
+        /* Set by the program, not a flag: the level of the access-log line of a call that
+         * ends OK (rpc_server_options.access_log_level; 0 is debug). */
+        cs_log_level access_log_level;
 } cs_daemon_config;
 
 /* The metrics endpoint's options (each daemon names its own environment variables). */
@@ -217,8 +220,12 @@ typedef struct cs_agent_tls_config {
                         &(tls).server_name, 0, 0                                                   \
         }
 
-/* Applies the logging options (and the servers' malloc tuning). -1 with *err on an unknown
- * level or format. */
+/* Applies the logging options (and the servers' malloc tuning), and routes gRPC core's own
+ * log lines (gpr_log) through the same logger: call it before rpc_global_init. gRPC's
+ * severities map to error, info and debug, its file and line become the fields grpc_file
+ * and grpc_line (with source "grpc"); GRPC_VERBOSITY still decides which gRPC lets through
+ * (gRPC's default: errors only), and --log-level filters them as any line. -1 with *err on
+ * an unknown level or format. */
 int cs_daemon_setup_logging(const cs_daemon_config *cfg, cs_error **err);
 
 /* Checks the server TLS options: the three files all given or none (with cfg->public_tls:

@@ -43,7 +43,8 @@ static int health_check(rpc_call *call, const ProtobufCMessage *req_msg, Protobu
         Grpc__Health__V1__HealthCheckResponse *resp = (void *)resp_msg;
         health_ctx *ctx = userdata;
 
-        (void)call;
+        /* Probes check every few seconds: their access-log lines are debug, not info. */
+        rpc_call_set_access_level(call, CS_LOG_DEBUG);
         if (!service_known(ctx->services, req->service))
                 return cs_error_set(err, GRPC_STATUS_NOT_FOUND, "unknown service '%s'",
                                     req->service);

@@ -127,6 +127,9 @@ typedef struct rpc_server_options {
         const char *tls_key_pem;
         const char *tls_ca_pem;
         bool tls_client_ca_optional;
+        /* The level of the access-log line of a call that ends OK (see "access log" below);
+         * 0 is CS_LOG_DEBUG. */
+        cs_log_level access_log_level;
 } rpc_server_options;
 
 /* Creates a server. Methods are added with rpc_server_add_method() before rpc_server_start().
@@ -197,7 +200,9 @@ bool rpc_call_cancelled(rpc_call *call);
 int rpc_call_cancel_fd(const rpc_call *call);
 
 /* Why the call was cancelled, as the status the handler should end with
- * (DEADLINE_EXCEEDED or CANCELLED). Only meaningful when rpc_call_cancelled(). */
+ * (DEADLINE_EXCEEDED or CANCELLED): DEADLINE_EXCEEDED when it was cancelled at its deadline
+ * or within 200 ms before it (the client's own timer, which fires first, cancels it then).
+ * Only meaningful when rpc_call_cancelled(). */
 grpc_status_code rpc_call_cancel_status(rpc_call *call);
 
 /* Streaming handlers: sends one message. One message may be in flight per call: this first
@@ -243,6 +248,27 @@ void rpc_call_respond_bytes(rpc_call *call, const char *field, void *data, size_
 /* Runs fn(arg) when the call ends (after the response is sent), e.g. to free a message the
  * response points into. From the handler's thread only. */
 void rpc_call_defer(rpc_call *call, void (*fn)(void *), void *arg);
+
+/* The access log: every call, served or refused, ends with one line (cs_log_fields,
+ * message "access") with the fields method (the path), code (the status's name, e.g.
+ * NOT_FOUND), duration_ms (from accept to the status sent), peer, the call's request id and
+ * sandbox id, then the fields its handler added, then error (the status message) for a
+ * call that failed. Its level: the server's access_log_level (or the call's own, set by
+ * rpc_call_set_access_level) for a call that ended OK; at least INFO for one that ended
+ * with an error; WARN for one refused before any handler ran (a cap, an unknown method,
+ * shutdown); ERROR for a server fault (INTERNAL, UNKNOWN, DATA_LOSS). */
+#define RPC_CALL_LOG_FIELDS_MAX 24
+
+/* Adds a field to the call's access-log line (key: a string constant, see cs_log_field;
+ * not one of the layer's own: method, code, duration_ms, peer, error); a string value is
+ * copied. Adding a key again replaces its value; fields beyond RPC_CALL_LOG_FIELDS_MAX, and
+ * fields with a key the logger or the layer refuses, are dropped. From the handler's
+ * thread. */
+void rpc_call_add_log_field(rpc_call *call, cs_log_field field);
+
+/* The level of this call's access-log line when it ends OK (e.g. health checks, which
+ * probes make every few seconds: debug). From the handler's thread. */
+void rpc_call_set_access_level(rpc_call *call, cs_log_level level);
 
 /* Logs with the call's request id and sandbox id. */
 void rpc_call_log(rpc_call *call, cs_log_level level, const char *fmt, ...)
@@ -348,6 +374,14 @@ void rpc_stream_free(rpc_stream *st);
 typedef void (*rpc_relay_fn)(ProtobufCMessage *msg, void *userdata);
 int rpc_stream_relay(rpc_call *in, rpc_stream *out, rpc_relay_fn each, void *userdata,
                      cs_error **err);
+
+/* rpc_stream_relay without `each` (messages pass undecoded), which also hands back the last
+ * message relayed, decoded, in *ret_last: NULL when none passed (or it did not decode);
+ * otherwise the caller frees it with protobuf_c_message_free_unpacked. Set whatever the
+ * return. For a stream whose last message says how it ended (ExecCommand's completed
+ * event). */
+int rpc_stream_relay_last(rpc_call *in, rpc_stream *out, ProtobufCMessage **ret_last,
+                          cs_error **err);
 
 /* Process-wide set-up and tear-down of gRPC core: call once in main (and in tests). The
  * set-up also tunes malloc for the messages the project moves (rpc_codec.c). */

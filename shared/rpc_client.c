@@ -445,8 +445,9 @@ void rpc_stream_free(rpc_stream *st)
         free(st);
 }
 
-/* Passes one message on without decoding it: no copy, no allocation per message. */
-static int relay_raw(rpc_call *in, rpc_stream *out, cs_error **err)
+/* Passes messages on without decoding them: no copy, no allocation per message. With
+ * ret_last, the last one relayed is kept there (the caller destroys it). */
+static int relay_raw(rpc_call *in, rpc_stream *out, grpc_byte_buffer **ret_last, cs_error **err)
 {
         for (;;) {
                 grpc_byte_buffer *bb = NULL;
@@ -455,7 +456,13 @@ static int relay_raw(rpc_call *in, rpc_stream *out, cs_error **err)
                 if (r <= 0)
                         return r;
                 r = rpc_call_send_raw(in, bb, err);
-                grpc_byte_buffer_destroy(bb);
+                if (ret_last && r == 0) {
+                        if (*ret_last)
+                                grpc_byte_buffer_destroy(*ret_last);
+                        *ret_last = bb;
+                } else {
+                        grpc_byte_buffer_destroy(bb);
+                }
                 if (r < 0) {
                         rpc_stream_cancel(out);
                         return -1;
@@ -463,11 +470,29 @@ static int relay_raw(rpc_call *in, rpc_stream *out, cs_error **err)
         }
 }
 
+int rpc_stream_relay_last(rpc_call *in, rpc_stream *out, ProtobufCMessage **ret_last,
+                          cs_error **err)
+{
+        grpc_byte_buffer *last = NULL;
+        int r = relay_raw(in, out, &last, err);
+
+        *ret_last = NULL;
+        if (last) {
+                /* Decoded apart from the relay: a message that does not decode was still
+                 * passed on as it came, and is only missing here. */
+                _cleanup_error_ cs_error *ignored = NULL;
+                rpc_message_unpack(out->resp_desc, last, "response", GRPC_STATUS_INTERNAL, ret_last,
+                                   &ignored);
+                grpc_byte_buffer_destroy(last);
+        }
+        return r;
+}
+
 int rpc_stream_relay(rpc_call *in, rpc_stream *out, rpc_relay_fn each, void *userdata,
                      cs_error **err)
 {
         if (!each)
-                return relay_raw(in, out, err);
+                return relay_raw(in, out, NULL, err);
         for (;;) {
                 ProtobufCMessage *msg = NULL;
                 int r = rpc_stream_read(out, &msg, err);

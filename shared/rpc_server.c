@@ -62,6 +62,7 @@ struct rpc_server {
         cs_share *peer_share; /* calls in flight per peer (rpc_peer_key) */
         int64_t grace_ms;
         int max_message;
+        cs_log_level access_level; /* of a call that ended OK (rpc_server_options) */
 
         grpc_server *server;
         grpc_completion_queue *cq;
@@ -106,13 +107,19 @@ struct rpc_call {
         char request_id[RPC_REQUEST_ID_MAX + 1];
         char *sandbox_id;
         arena_block *arena;
+        /* The access log's fields the handler added (strings on the arena), and its level
+         * for a call that ends OK. */
+        cs_log_field log_fields[RPC_CALL_LOG_FIELDS_MAX];
+        size_t n_log_fields;
+        cs_log_level access_level;
 
         pthread_mutex_t lock;
         pthread_cond_t cond;
         int refs;
 
         rpc_tag close_tag;
-        int close_cancelled; /* written by gRPC when the close op completes */
+        int close_cancelled;  /* written by gRPC when the close op completes */
+        int64_t cancelled_ms; /* monotonic, when `cancelled` became true (set before it) */
         atomic_bool cancelled;
         int cancel_fd;
 
@@ -168,10 +175,18 @@ grpc_call *rpc_call_grpc(rpc_call *c)
         return c->call;
 }
 
+/* A client's deadline is ours minus the time its request took to reach us, so its timer
+ * fires first and its cancel arrives just before our deadline: a cancel this close to the
+ * deadline is the deadline's doing (what the client itself reports). */
+#define RPC_DEADLINE_SLACK_MS 200
+
 grpc_status_code rpc_call_cancel_status(rpc_call *c)
 {
-        return cs_now_monotonic_ms() >= c->deadline_ms ? GRPC_STATUS_DEADLINE_EXCEEDED
-                                                       : GRPC_STATUS_CANCELLED;
+        /* When the call was cancelled, not when the handler asks (it may ask much later). */
+        int64_t at = atomic_load(&c->cancelled) ? c->cancelled_ms : cs_now_monotonic_ms();
+
+        return at >= c->deadline_ms - RPC_DEADLINE_SLACK_MS ? GRPC_STATUS_DEADLINE_EXCEEDED
+                                                            : GRPC_STATUS_CANCELLED;
 }
 
 const char *rpc_call_metadata(const rpc_call *c, const char *key, size_t *ret_len)
@@ -198,6 +213,34 @@ void rpc_call_set_sandbox_id(rpc_call *c, const char *sandbox_id)
 {
         free(c->sandbox_id);
         c->sandbox_id = sandbox_id ? cs_xstrdup(sandbox_id) : NULL;
+}
+
+void rpc_call_add_log_field(rpc_call *c, cs_log_field f)
+{
+        static const char *const layer_keys[] = { "method", "code", "duration_ms", "peer",
+                                                  "error" };
+        size_t i = 0;
+
+        for (size_t k = 0; k < ARRAY_SIZE(layer_keys); k++) {
+                if (f.key && strcmp(f.key, layer_keys[k]) == 0)
+                        return; /* the layer's own: a JSON object has each key once */
+        }
+        if (!cs_log_key_valid(f.key))
+                return;
+        if (f.type == CS_LOG_FIELD_STR && f.v.s)
+                f.v.s = rpc_call_strdup(c, f.v.s);
+        while (i < c->n_log_fields && strcmp(c->log_fields[i].key, f.key) != 0)
+                i++;
+        if (i == RPC_CALL_LOG_FIELDS_MAX)
+                return;
+        c->log_fields[i] = f;
+        if (i == c->n_log_fields)
+                c->n_log_fields++;
+}
+
+void rpc_call_set_access_level(rpc_call *c, cs_log_level level)
+{
+        c->access_level = level;
 }
 
 void *rpc_call_alloc(rpc_call *c, size_t size)
@@ -351,6 +394,7 @@ static void on_close(void *owner, bool ok)
         (void)ok;
         if (c->close_cancelled) {
                 uint64_t one = 1;
+                c->cancelled_ms = cs_now_monotonic_ms();
                 atomic_store(&c->cancelled, true);
                 (void)!write(c->cancel_fd, &one, sizeof(one));
         }
@@ -600,6 +644,32 @@ static grpc_byte_buffer *call_dispatch(rpc_call *c, cs_error **err)
         return bb;
 }
 
+/* The call's access-log line (rpc.h, "access log"). refused: no handler ran. */
+static void call_log_access(rpc_call *c, grpc_status_code code, const char *msg, bool refused)
+{
+        cs_log_field f[4 + RPC_CALL_LOG_FIELDS_MAX + 1];
+        size_t n = 0;
+        cs_log_level level = c->access_level;
+
+        if (status_is_server_fault(code))
+                level = CS_LOG_ERROR;
+        else if (refused)
+                level = CS_LOG_WARN;
+        else if (code != GRPC_STATUS_OK && level < CS_LOG_INFO)
+                level = CS_LOG_INFO;
+        if (!cs_log_enabled(level))
+                return;
+        f[n++] = CS_LOG_STR("method", c->method->path);
+        f[n++] = CS_LOG_STR("code", cs_status_name(code));
+        f[n++] = CS_LOG_INT("duration_ms", (cs_now_monotonic_ns() - c->accepted_ns) / 1000000);
+        f[n++] = CS_LOG_STR("peer", rpc_call_peer(c));
+        for (size_t i = 0; i < c->n_log_fields; i++)
+                f[n++] = c->log_fields[i];
+        if (code != GRPC_STATUS_OK)
+                f[n++] = CS_LOG_STR("error", msg);
+        cs_log_fields(level, c->request_id, c->sandbox_id, f, n, "access");
+}
+
 /* The call ended with code: counted for rpc_server_metrics. */
 static void call_count_handled(rpc_call *c, grpc_status_code code)
 {
@@ -616,25 +686,25 @@ static void *handler_main(void *arg)
         rpc_call *c = arg;
         rpc_server *srv = c->srv;
         _cleanup_error_ cs_error *err = NULL;
-        int64_t start = cs_now_monotonic_ms();
         grpc_byte_buffer *resp;
 
         resp = call_dispatch(c, &err);
-        if (rpc_call_cancelled(c) && !err)
+        /* A call that ended early ends with why: a handler's CANCELLED (e.g. from a child
+         * call cancelled with it) says DEADLINE_EXCEEDED when the deadline is what ended it,
+         * as the client saw, in the metrics and the access log; also when the child call
+         * ended before our own cancel arrived (the deadline reached the agent first). */
+        if ((rpc_call_cancelled(c) && (!err || err->code == GRPC_STATUS_CANCELLED)) ||
+            (err && err->code == GRPC_STATUS_CANCELLED &&
+             rpc_call_cancel_status(c) == GRPC_STATUS_DEADLINE_EXCEEDED)) {
+                cs_error_free(TAKE_PTR(err));
                 call_ended_error(c, &err);
+        }
         call_finish(c, resp, err);
         call_count_handled(c, err ? err->code : GRPC_STATUS_OK);
         if (resp)
                 grpc_byte_buffer_destroy(resp);
 
-        if (err)
-                rpc_call_log(c, status_is_server_fault(err->code) ? CS_LOG_ERROR : CS_LOG_INFO,
-                             "%s from %s: %s: %s (%" PRId64 " ms)", c->method->path,
-                             rpc_call_peer(c), cs_status_name(err->code), err->msg,
-                             cs_now_monotonic_ms() - start);
-        else
-                rpc_call_log(c, CS_LOG_DEBUG, "%s from %s: OK (%" PRId64 " ms)", c->method->path,
-                             rpc_call_peer(c), cs_now_monotonic_ms() - start);
+        call_log_access(c, err ? err->code : GRPC_STATUS_OK, err ? err->msg : NULL, false);
 
         call_give_share(c);
         pthread_mutex_lock(&srv->lock);
@@ -671,6 +741,7 @@ static rpc_call *call_new(srv_method *sm)
         c->srv = sm->srv;
         c->sm = sm->unknown ? NULL : sm;
         c->accepted_ns = cs_now_monotonic_ns();
+        c->access_level = sm->srv->access_level;
         if (c->sm)
                 atomic_fetch_add_explicit(&sm->started, 1, memory_order_relaxed);
         c->method = sm->m;
@@ -705,8 +776,7 @@ static void call_refuse(rpc_call *c, grpc_status_code code, const char *msg)
         grpc_op ops[2];
         size_t n = add_initial_metadata(c, ops);
 
-        rpc_call_log(c, CS_LOG_WARN, "%s from %s refused: %s", c->method->path, rpc_call_peer(c),
-                     msg);
+        call_log_access(c, code, msg, true);
         call_count_handled(c, code);
         c->send_tag.fn = on_refused;
         c->status_details = grpc_slice_from_copied_string(msg);
@@ -876,6 +946,7 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
                              srv->max_calls < RPC_MAX_PEERS ? srv->max_calls : RPC_MAX_PEERS);
         srv->grace_ms = opts->grace_ms >= 0 ? opts->grace_ms : RPC_DEFAULT_GRACE_MS;
         srv->max_message = (int)(opts->max_message ? opts->max_message : RPC_MAX_MESSAGE_BYTES);
+        srv->access_level = opts->access_log_level;
         pthread_mutex_init(&srv->lock, NULL);
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -241,8 +241,8 @@ int main(int argc, char **argv)
                 case 'i':
                         install = optarg;
                         break;
-                case 'V':
-                        puts(INIT_VERSION);
+                case 'V': /* the project's version (INIT_VERSION is the spawner protocol's) */
+                        puts("compute-init " CS_VERSION);
                         return 0;
                 case 'h':
                         usage(stdout);
