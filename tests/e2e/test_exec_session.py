@@ -4,6 +4,9 @@ spawner). A REPL over stdin, EOF, a terminal shell (its tty, its size after a re
 by message and by ^C typed, a cancelled session leaving no process, every bad sequence, and
 100 MiB through stdin into a slow reader with the agent's and frontend's memory bounded.
 
+The idle limit (an agent with --session-idle-s 3) and the refusal without the spawner
+(--spawner=off) run against agents of their own.
+
 Usage: test_exec_session.py BUILD_DIR [unittest args]"""
 import os
 import queue
@@ -126,10 +129,13 @@ class Session:
         return bytes(self.out), bytes(self.err), self.done, self.error
 
 
-class ExecSessionTest(unittest.TestCase):
+class StackCase(unittest.TestCase):
+    """A node agent (with agent_args) and a frontend, a sandbox ready."""
+    agent_args = ()
+
     @classmethod
     def setUpClass(cls):
-        cls.agent = AgentProcess(BUILD_DIR)
+        cls.agent = AgentProcess(BUILD_DIR, *cls.agent_args)
         try:
             cls.fe = Frontend(cls.agent)
         except BaseException:
@@ -162,6 +168,8 @@ class ExecSessionTest(unittest.TestCase):
     def session(self, command, *args, **kw):
         return Session(self.c, self.sid, command, *args, **kw)
 
+
+class ExecSessionTest(StackCase):
     def sh(self, script):
         out, err, done, _ = self.c.exec(self.sid, "sh", "-c", script)
         self.assertEqual(done.exit_code, 0, err)
@@ -451,6 +459,47 @@ class ExecSessionTest(unittest.TestCase):
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
         return 0
+
+
+class IdleLimitTest(StackCase):
+    agent_args = ("--session-idle-s", "3")
+
+    def test_idle_session_ends_as_a_timeout(self):
+        s = self.session("cat")
+        s.stdin(b"hi\n")
+        s.wait_out(rb"hi")
+        out, err, done, error = s.finish()  # nothing more: the idle limit ends it
+        self.assertIsNone(error)
+        self.assertTrue(done.timed_out, done)
+        self.assertEqual(done.exit_code, -1)
+        self.assertFalse(done.cancelled)
+
+    def test_activity_keeps_it(self):
+        s = self.session("cat")
+        for i in range(10):  # 2 s of input, a line every 0.2 s: never idle for 3 s
+            s.stdin(f"{i}\n".encode())
+            s.wait_out(f"{i}\n".encode())
+            time.sleep(0.2)
+        s.close_stdin()
+        out, err, done, error = s.finish()
+        self.assertIsNone(error)
+        self.assertEqual(done.exit_code, 0)
+        self.assertFalse(done.timed_out)
+
+
+class SpawnerOffTest(StackCase):
+    """Without the sandbox's spawner, sessions are refused (docs/api.md: runsc exec has no
+    stdin to feed and no terminal here); ExecCommand still works."""
+    agent_args = ("--spawner=off",)
+
+    def test_session_refused_exec_command_works(self):
+        s = self.session("cat")
+        out, err, done, error = s.finish()
+        self.assertIsNotNone(error)
+        self.assertEqual(error.code(), grpc.StatusCode.FAILED_PRECONDITION, error.details())
+        self.assertIn("interactive sessions need the sandbox's spawner", error.details())
+        out, err, done, _ = self.c.exec(self.sid, "echo", "ok")
+        self.assertEqual((out, done.exit_code), (b"ok\n", 0))
 
 
 if __name__ == "__main__":
