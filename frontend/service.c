@@ -3,6 +3,7 @@
  * registered copy of the frontend_service; touches the calls it serves. */
 #include "service.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -196,24 +197,26 @@ static int h_destroy(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCM
 
 /* --- exec ------------------------------------------------------------------------------ */
 
-static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdata, cs_error **err)
+/* The completed event is always an exec's last: how the command ended, for the access log.
+ * Frees last. */
+static void log_last_event(rpc_call *call, ProtobufCMessage *last)
 {
-        const Compute__V1__ExecCommandRequest *req = (const void *)req_msg;
+        if (!last)
+                return;
+        if (((Compute__V1__ExecEvent *)last)->event_case ==
+            COMPUTE__V1__EXEC_EVENT__EVENT_COMPLETED)
+                log_exec_completed(call, ((Compute__V1__ExecEvent *)last)->completed);
+        protobuf_c_message_free_unpacked(last, NULL);
+}
+
+/* The agent's ExecRequest for req on route, on the call's arena. */
+static void exec_request_out(rpc_call *call, const Compute__V1__ExecCommandRequest *req,
+                             const fe_route *route, Nodeagent__V1__ExecRequest *ret)
+{
         Nodeagent__V1__ExecRequest out = NODEAGENT__V1__EXEC_REQUEST__INIT;
         Nodeagent__V1__ExecRequest__EnvEntry *env;
-        rpc_call_options opts = { .parent = call };
-        rpc_stream *st = NULL;
-        ProtobufCMessage *last = NULL;
-        fe_ctx ctx = fe_ctx_from_call(call);
-        fe_route route;
-        int r;
 
-        (void)userdata;
-        if (fe_service_exec_route(&svc, req->sandbox_id, req->command, pb_duration_ms(req->timeout),
-                                  &ctx, &route, err) < 0)
-                return -1;
-
-        out.ref = route_ref(call, &route);
+        out.ref = route_ref(call, route);
         out.command = req->command;
         out.n_args = req->n_args;
         out.args = req->args;
@@ -229,6 +232,25 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                 env[i].value = req->env[i]->value;
                 out.env[i] = &env[i];
         }
+        *ret = out;
+}
+
+static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdata, cs_error **err)
+{
+        const Compute__V1__ExecCommandRequest *req = (const void *)req_msg;
+        Nodeagent__V1__ExecRequest out;
+        rpc_call_options opts = { .parent = call };
+        rpc_stream *st = NULL;
+        ProtobufCMessage *last = NULL;
+        fe_ctx ctx = fe_ctx_from_call(call);
+        fe_route route;
+        int r;
+
+        (void)userdata;
+        if (fe_service_exec_route(&svc, req->sandbox_id, req->command, pb_duration_ms(req->timeout),
+                                  &ctx, &route, err) < 0)
+                return -1;
+        exec_request_out(call, req, &route, &out);
         /* The agent's stream is a child of this call: cancelling this one cancels it, and
          * one message is relayed at a time, so backpressure reaches the process. */
         r = rpc_stream_open(route.channel, NA("Exec"), &out.base,
@@ -237,12 +259,137 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                 r = rpc_stream_relay_last(call, st, &last, err);
         rpc_stream_free(st);
         fe_route_release(&route);
-        /* The completed event is always the last: how the command ended, for the log. */
-        if (last && ((Compute__V1__ExecEvent *)last)->event_case ==
-                            COMPUTE__V1__EXEC_EVENT__EVENT_COMPLETED)
-                log_exec_completed(call, ((Compute__V1__ExecEvent *)last)->completed);
-        if (last)
-                protobuf_c_message_free_unpacked(last, NULL);
+        log_last_event(call, last);
+        return r;
+}
+
+/* --- ExecSession ----------------------------------------------------------------------- */
+
+static void session_request_free(void *msg)
+{
+        protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+/* The client-to-agent direction of a session, on a thread of its own: each message of the
+ * client is sent on to the agent as it is (compute.v1.ExecSessionRequest and the agent's
+ * keep the same field numbers for everything but start), one at a time, so an agent that
+ * stops reading (the command does not read its stdin) stops this reading the client: gRPC
+ * flow control then holds the client back. The agent checks the sequence rules; this side
+ * only refuses a second start (the agent's start is another message). */
+typedef struct session_pump {
+        rpc_call *call;
+        rpc_stream *st;
+        cs_error *err; /* the client's bad message: the call's end */
+        pthread_t thread;
+} session_pump;
+
+static void *session_pump_main(void *arg)
+{
+        session_pump *p = arg;
+
+        for (;;) {
+                ProtobufCMessage *msg = NULL;
+                cs_error *err = NULL;
+                int r = rpc_call_recv(p->call, RPC_MAX_MESSAGE_BYTES, &msg, &err);
+
+                if (r == 0) {
+                        rpc_stream_close_send(p->st);
+                        return NULL;
+                }
+                if (r < 0) {
+                        /* A message that does not decode or is over the cap ends it; a cancel
+                         * reaches the agent's stream by itself (a child of this call). */
+                        if (err->code == GRPC_STATUS_INVALID_ARGUMENT ||
+                            err->code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
+                                p->err = err;
+                                rpc_stream_cancel(p->st);
+                        } else {
+                                cs_error_free(err);
+                        }
+                        return NULL;
+                }
+                if (((Compute__V1__ExecSessionRequest *)msg)->kind_case ==
+                    COMPUTE__V1__EXEC_SESSION_REQUEST__KIND_START) {
+                        protobuf_c_message_free_unpacked(msg, NULL);
+                        cs_error_set(&p->err, GRPC_STATUS_INVALID_ARGUMENT,
+                                     "a second start in one ExecSession");
+                        rpc_stream_cancel(p->st); /* the agent ends the command as on cancel */
+                        return NULL;
+                }
+                r = rpc_stream_send(p->st, msg, &err);
+                protobuf_c_message_free_unpacked(msg, NULL);
+                if (r < 0) { /* the agent's stream ended: its status is the call's */
+                        cs_error_free(err);
+                        return NULL;
+                }
+        }
+}
+
+static int h_exec_session(rpc_call *call, void *userdata, cs_error **err)
+{
+        Nodeagent__V1__ExecSessionRequest first = NODEAGENT__V1__EXEC_SESSION_REQUEST__INIT;
+        Nodeagent__V1__ExecSessionStart start = NODEAGENT__V1__EXEC_SESSION_START__INIT;
+        Nodeagent__V1__ExecRequest out;
+        Compute__V1__ExecSessionRequest *req = NULL;
+        const Compute__V1__ExecCommandRequest *cmd;
+        rpc_call_options opts = { .parent = call };
+        session_pump pump = { .call = call };
+        ProtobufCMessage *last = NULL;
+        fe_ctx ctx = fe_ctx_from_call(call);
+        fe_route route;
+        bool pumping = false;
+        int r;
+
+        (void)userdata;
+        r = rpc_call_recv(call, RPC_MAX_MESSAGE_BYTES, (ProtobufCMessage **)&req, err);
+        if (r == 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "the ExecSession stream ended before its start");
+        if (r < 0)
+                return -1;
+        if (req->kind_case != COMPUTE__V1__EXEC_SESSION_REQUEST__KIND_START) {
+                protobuf_c_message_free_unpacked(&req->base, NULL);
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "the first message of an ExecSession must be start");
+        }
+        rpc_call_defer(call, session_request_free, req);
+        cmd = req->start->command;
+        if (!cmd)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "start.command is missing");
+        if (fe_service_exec_route(&svc, cmd->sandbox_id, cmd->command, pb_duration_ms(cmd->timeout),
+                                  &ctx, &route, err) < 0)
+                return -1;
+        exec_request_out(call, cmd, &route, &out);
+        start.exec = &out;
+        start.tty = req->start->tty;
+        start.size = req->start->size;
+        first.kind_case = NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_START;
+        first.start = &start;
+        r = rpc_stream_open_bidi(route.channel, NA("ExecSession"),
+                                 &compute__v1__exec_event__descriptor, &opts, &pump.st, err);
+        if (r == 0)
+                r = rpc_stream_send(pump.st, &first.base, err);
+        if (r == 0) {
+                pumping = pthread_create(&pump.thread, NULL, session_pump_main, &pump) == 0;
+                if (!pumping)
+                        r = cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                         "cannot start a session's thread");
+        }
+        if (r == 0)
+                r = rpc_stream_relay_last(call, pump.st, &last, err);
+        log_last_event(call, last);
+        if (pumping) {
+                rpc_call_recv_abandon(call);
+                pthread_join(pump.thread, NULL);
+        }
+        if (pump.err) {
+                /* The client's bad message, not the cancel it caused. */
+                cs_error_free(*err);
+                *err = TAKE_PTR(pump.err);
+                r = -1;
+        }
+        rpc_stream_free(pump.st);
+        fe_route_release(&route);
         return r;
 }
 
@@ -354,6 +501,14 @@ static const rpc_method methods[] = {
           &compute__v1__list_sandboxes_response__descriptor, h_list, NULL, NULL, NULL },
 };
 
+static const rpc_bidi_method session_method = {
+        CS("ExecSession"),
+        &compute__v1__exec_session_request__descriptor,
+        &compute__v1__exec_event__descriptor,
+        h_exec_session,
+        NULL,
+};
+
 int frontend_service_register(rpc_server *srv, const frontend_service *s, cs_error **err)
 {
         svc = *s;
@@ -361,5 +516,5 @@ int frontend_service_register(rpc_server *srv, const frontend_service *s, cs_err
                 if (rpc_server_add_method(srv, &methods[i], err) < 0)
                         return -1;
         }
-        return 0;
+        return rpc_server_add_bidi_method(srv, &session_method, err);
 }

@@ -553,9 +553,14 @@ static int exec_spawner(sb_registry *reg, runtime *rt, sandbox *sb, spawn_link *
                                                                        : sb_mount_path(sb),
                         .deadline = start + timeout,
                         .grace_ms = grace_ms,
+                        .input = req->input,
                 };
                 r = spawn_run(l, &spec, sink, &sr, &why);
         }
+        ret->input_err = TAKE_PTR(sr.input_err);
+        ret->idle = sr.idle;
+        if (r < 0 && ret->input_err) /* the link's failure says more */
+                cs_error_free(TAKE_PTR(ret->input_err));
         free_env(env);
         if (r == 0) {
                 sb_window_end(reg, sb, w, &ignored, &oom);
@@ -651,6 +656,14 @@ int exec_run(sb_registry *reg, runtime *rt, sandbox *sb, const exec_request *req
                 if (r != 0)
                         return r < 0 ? -1 : 0;
                 r = -1;
+        }
+        if (req->input) {
+                /* ExecSession: runsc exec here has neither a stdin the agent feeds nor a
+                 * terminal (that needs its console socket): the spawner only. */
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "interactive sessions need the sandbox's spawner (%s)",
+                                    ret->fallback[0] ? ret->fallback
+                                                     : "the agent runs with --spawner=off");
         }
         ret->path = "runsc exec";
         if (make_pipe(out, err) < 0 || make_pipe(errp, err) < 0)

@@ -36,6 +36,34 @@
 #define EXEC_MAX_ENV        1024      /* entries */
 #define EXEC_MAX_ARGV_BYTES (1 << 20) /* command, args and env together */
 
+/* One message of an interactive exec's client (ExecSession), already checked against the
+ * sequence rules (shared/session.h). */
+typedef struct exec_input_msg {
+        int kind;            /* session_kind: SESSION_STDIN, _CLOSE_STDIN, _RESIZE or _SIGNAL */
+        const uint8_t *data; /* stdin */
+        size_t len;
+        uint32_t rows, cols; /* resize */
+        int signo;           /* signal */
+} exec_input_msg;
+
+/* The input side of an interactive exec. Served only by the sandbox's spawner (runsc exec
+ * has no stdin here, and a terminal would need its console socket): without one, exec_run
+ * fails with FAILED_PRECONDITION. */
+typedef struct exec_input {
+        bool tty;
+        uint32_t rows, cols; /* the terminal's first size; 0x0: its default */
+        int64_t idle_ms;     /* no input and no output for this long ends it; <= 0: no limit */
+        /* Blocks for the client's next message: 1 with *m (valid until the next call), 0 when
+         * the client closed its side or after abandon, -1 with *err (INVALID_ARGUMENT for a
+         * message against the rules: the command is then ended as on a cancel and the error
+         * returned in exec_result.input_err; anything else: the call ended). Called from a
+         * thread of exec_run's own. */
+        int (*next)(void *userdata, exec_input_msg *m, cs_error **err);
+        /* Makes a next() that blocks return 0 (the exec is over). Any thread. */
+        void (*abandon)(void *userdata);
+        void *userdata;
+} exec_input;
+
 typedef struct exec_request {
         const char *command;
         char *const *args; /* n_args strings */
@@ -45,6 +73,7 @@ typedef struct exec_request {
         const char *working_dir; /* NULL or "": the sandbox's mount_path */
         int64_t timeout_ms;      /* <= 0 or above the cap: EXEC_MAX_TIMEOUT_MS */
         int64_t kill_grace_ms;   /* SIGTERM to SIGKILL; <= 0: EXEC_KILL_GRACE_MS */
+        const exec_input *input; /* ExecSession; NULL: stdin is /dev/null */
 } exec_request;
 
 typedef struct exec_result {
@@ -55,6 +84,11 @@ typedef struct exec_result {
         usage_metrics usage;
         const char *path;   /* "spawner" or "runsc exec": which path served it */
         char fallback[160]; /* why the spawner did not serve it ("" if it did, or is off) */
+        /* Interactive execs: the client's bad message that ended it (INVALID_ARGUMENT; the
+         * caller owns and returns it instead of the ExecCompleted), and whether the idle
+         * limit ended it (then timed_out is set too). */
+        cs_error *input_err;
+        bool idle;
 } exec_result;
 
 enum {

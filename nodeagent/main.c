@@ -41,7 +41,7 @@ static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, 
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
 static char *pod_namespaces, *volume_root, *listen_group, *capabilities;
 static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
-static int64_t cpu_overcommit_pct, memory_overcommit_pct;
+static int64_t cpu_overcommit_pct, memory_overcommit_pct, session_idle_s;
 static bool workspace_volumes, spawner_on;
 static char *spawner_binary;
 
@@ -150,6 +150,11 @@ static const cs_option options[] = {
           "made without it, a spawner that died or has not connected yet). off: every sandbox "
           "gets the plain init and every exec `runsc exec`.",
           &spawner_on, 0, 0 },
+        { "session-idle-s", "COMPUTE_SESSION_IDLE_S", CS_OPT_INT, "300",
+          "ExecSession: a session with no message from its client and no output for this "
+          "many seconds is ended as a timeout is (SIGTERM, SIGKILL the grace later, "
+          "ExecCompleted{timed_out}). 0: no idle limit (the 600 s cap still holds).",
+          &session_idle_s, 0, 86400 },
         { "spawner-binary", "COMPUTE_SPAWNER_BINARY", CS_OPT_STRING, "",
           "The compute-init binary (static) bind-mounted read-only into each sandbox. Empty: "
           "compute-init next to the agent's own executable. Missing: the spawner is off (a "
@@ -413,6 +418,7 @@ static int agent_register(agent *a, rpc_server *srv, cs_error **err)
                 .cpu_millis_capacity = a->capacity.cpu_millis,
                 .memory_bytes_capacity = a->capacity.memory_bytes,
                 .spawner_enabled = a->spawner != NULL,
+                .session_idle_ms = session_idle_s * 1000,
         };
 
         /* Named to no client (service.c); the strings live as long as the flags. */

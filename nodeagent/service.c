@@ -19,6 +19,7 @@
 #include "hostpath.h"
 #include "nodeagent/v1/nodeagent.pb-c.h"
 #include "pbconv.h"
+#include "session.h"
 #include "util.h"
 #include "workspace_io.h"
 
@@ -331,9 +332,11 @@ static int send_completed(rpc_call *call, const exec_result *res, cs_error **err
         return rpc_call_send(call, &ev.base, err);
 }
 
-static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdata, cs_error **err)
+/* Exec and ExecSession (input set): runs req and ends the stream with its ExecCompleted, or
+ * with the client's bad message (ExecSession). */
+static int run_exec(rpc_call *call, const Nodeagent__V1__ExecRequest *req, const exec_input *input,
+                    cs_error **err)
 {
-        const Nodeagent__V1__ExecRequest *req = (const void *)req_msg;
         int64_t wait_ready = pb_duration_ms(req->wait_ready_timeout);
         int64_t timeout = pb_duration_ms(req->timeout);
         exec_sink sink = { .write = sink_write, .userdata = call };
@@ -344,7 +347,6 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
         int64_t start;
         int r;
 
-        (void)userdata;
         if (wait_ready < 0 || timeout < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "timeout and wait_ready_timeout must not be negative");
@@ -361,7 +363,8 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                              .env_values = values,
                              .n_env = req->n_env,
                              .working_dir = req->working_dir,
-                             .timeout_ms = timeout };
+                             .timeout_ms = timeout,
+                             .input = input };
         if (exec_validate(&er, err) < 0)
                 return -1;
         if (acquire(call, req->ref, true, wait_ready ? wait_ready : SVC_DEFAULT_WAIT_READY_MS,
@@ -390,8 +393,167 @@ static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdat
                      res.timed_out ? " timed out" : "", res.oom_killed ? " OOM" : "", res.wall_ms,
                      res.path, res.fallback[0] ? " (" : "", res.fallback,
                      res.fallback[0] ? ")" : "");
+        if (res.input_err) {
+                /* ExecSession: the client's bad message ended it, and is the call's end. */
+                *err = res.input_err;
+                return -1;
+        }
         /* The last event, always; if the client is gone it fails quietly. */
         return send_completed(call, &res, err);
+}
+
+static int h_exec(rpc_call *call, const ProtobufCMessage *req_msg, void *userdata, cs_error **err)
+{
+        (void)userdata;
+        return run_exec(call, (const Nodeagent__V1__ExecRequest *)req_msg, NULL, err);
+}
+
+/* --- ExecSession ----------------------------------------------------------------------- */
+
+/* The client's side of a session: its messages, checked (shared/session.h), one at a time. */
+typedef struct session_in {
+        rpc_call *call;
+        session_state st;
+        Nodeagent__V1__ExecSessionRequest *cur; /* the message handed out last */
+} session_in;
+
+static session_msg session_msg_of(const Nodeagent__V1__ExecSessionRequest *r)
+{
+        session_msg m = { .kind = SESSION_NONE };
+
+        switch (r->kind_case) {
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_START:
+                m.kind = SESSION_START;
+                m.tty = r->start->tty;
+                m.has_size = r->start->size != NULL;
+                if (r->start->size) {
+                        m.rows = r->start->size->rows;
+                        m.cols = r->start->size->cols;
+                }
+                break;
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_STDIN:
+                m.kind = SESSION_STDIN;
+                m.stdin_len = r->stdin.len;
+                break;
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_CLOSE_STDIN:
+                m.kind = SESSION_CLOSE_STDIN;
+                break;
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_RESIZE:
+                m.kind = SESSION_RESIZE;
+                m.has_size = true;
+                m.rows = r->resize->rows;
+                m.cols = r->resize->cols;
+                break;
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_SIGNAL:
+                m.kind = SESSION_SIGNAL;
+                m.signo = r->signal;
+                break;
+        default:
+                break;
+        }
+        return m;
+}
+
+/* Reads and checks the next message. 1 (s->cur holds it), 0 at the client's end, -1. */
+static int session_recv(session_in *s, cs_error **err)
+{
+        ProtobufCMessage *msg = NULL;
+        session_msg m;
+        const char *why;
+        int r;
+
+        if (s->cur)
+                protobuf_c_message_free_unpacked(&TAKE_PTR(s->cur)->base, NULL);
+        r = rpc_call_recv(s->call, RPC_MAX_MESSAGE_BYTES, &msg, err);
+        if (r <= 0)
+                return r;
+        s->cur = (Nodeagent__V1__ExecSessionRequest *)msg;
+        m = session_msg_of(s->cur);
+        why = session_check(&s->st, &m);
+        if (why)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "%s", why);
+        return 1;
+}
+
+static int session_next(void *userdata, exec_input_msg *out, cs_error **err)
+{
+        session_in *s = userdata;
+        const Nodeagent__V1__ExecSessionRequest *r;
+        int n;
+
+        do {
+                n = session_recv(s, err);
+                if (n <= 0)
+                        return n;
+                r = s->cur;
+        } while (r->kind_case == NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_STDIN &&
+                 r->stdin.len == 0);
+        *out = (exec_input_msg){ 0 };
+        switch (r->kind_case) {
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_STDIN:
+                *out = (exec_input_msg){ .kind = SESSION_STDIN,
+                                         .data = r->stdin.data,
+                                         .len = r->stdin.len };
+                break;
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_CLOSE_STDIN:
+                out->kind = SESSION_CLOSE_STDIN;
+                break;
+        case NODEAGENT__V1__EXEC_SESSION_REQUEST__KIND_RESIZE:
+                *out = (exec_input_msg){ .kind = SESSION_RESIZE,
+                                         .rows = r->resize->rows,
+                                         .cols = r->resize->cols };
+                break;
+        default:
+                *out = (exec_input_msg){ .kind = SESSION_SIGNAL, .signo = r->signal };
+                break;
+        }
+        return 1;
+}
+
+static void session_abandon(void *userdata)
+{
+        session_in *s = userdata;
+
+        rpc_call_recv_abandon(s->call);
+}
+
+static int h_exec_session(rpc_call *call, void *userdata, cs_error **err)
+{
+        session_in s = { .call = call };
+        const Nodeagent__V1__ExecSessionStart *start;
+        exec_input in = { .next = session_next, .abandon = session_abandon, .userdata = &s };
+        int r;
+
+        (void)userdata;
+        r = session_recv(&s, err);
+        if (r == 0)
+                cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                             "the ExecSession stream ended before its start");
+        if (r <= 0)
+                goto out;
+        start = s.cur->start;
+        if (!start->exec) {
+                r = cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT, "start.exec is missing");
+                goto out;
+        }
+        in.tty = start->tty;
+        in.rows = start->size ? start->size->rows : 0;
+        in.cols = start->size ? start->size->cols : 0;
+        if (in.tty && (!in.rows || !in.cols)) {
+                in.rows = SESSION_DEFAULT_ROWS;
+                in.cols = SESSION_DEFAULT_COLS;
+        }
+        in.idle_ms = svc.session_idle_ms;
+        /* start stays alive: session_next frees only the messages after it. */
+        {
+                Nodeagent__V1__ExecSessionRequest *first = TAKE_PTR(s.cur);
+                r = run_exec(call, first->start->exec, &in, err);
+                protobuf_c_message_free_unpacked(&first->base, NULL);
+        }
+out:
+        if (s.cur)
+                protobuf_c_message_free_unpacked(&s.cur->base, NULL);
+        return r < 0 ? -1 : 0;
 }
 
 /* --- workspace files ------------------------------------------------------------------- */
@@ -628,6 +790,15 @@ static int stream_hiding(rpc_call *call, const ProtobufCMessage *req, void *user
                 NA(method), req, resp, unary_hiding, NULL, &(handler){ .unary = fn }, bytes_field  \
         }
 
+static int bidi_hiding(rpc_call *call, void *userdata, cs_error **err)
+{
+        return hide_host_paths(call, h_exec_session(call, userdata, err), err);
+}
+
+static const rpc_bidi_method session_method = {
+        NA("ExecSession"), D(exec_session_request), C(exec_event), bidi_hiding, NULL,
+};
+
 static const rpc_method methods[] = {
         UNARY("GetAgentInfo", D(get_agent_info_request), D(get_agent_info_response),
               h_get_agent_info, NULL),
@@ -652,5 +823,5 @@ int agent_service_register(rpc_server *srv, const agent_service *s, cs_error **e
                 if (rpc_server_add_method(srv, &methods[i], err) < 0)
                         return -1;
         }
-        return 0;
+        return rpc_server_add_bidi_method(srv, &session_method, err);
 }

@@ -23,7 +23,8 @@ typedef struct agent_service {
         int64_t started_at_ms;
         uint32_t cpu_millis_capacity;
         uint64_t memory_bytes_capacity;
-        bool spawner_enabled; /* the resident exec path (GetAgentInfo) */
+        bool spawner_enabled;    /* the resident exec path (GetAgentInfo) */
+        int64_t session_idle_ms; /* ExecSession's idle limit; 0: none */
         /* NULL-terminated host directories (state, images, runsc root, volumes, cgroups) that
          * no error message may name to a client (service.c hides them); may be NULL. */
         const char *const *host_dirs;

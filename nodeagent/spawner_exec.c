@@ -13,14 +13,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "session.h"
 #include "util.h"
 
 typedef struct sp_term {
         spawn_link *l;
         spawn_exec *e;
         int64_t deadline, grace_ms;
-        int stop;     /* spawn_stop, atomic: set once */
-        int last_sig; /* atomic */
+        int64_t idle_ms;     /* 0: no idle limit */
+        int64_t last_active; /* atomic: monotonic ms of the last input or output */
+        bool idle;           /* atomic: the idle limit stopped it */
+        int stop;            /* spawn_stop, atomic: set once */
+        int last_sig;        /* atomic */
         pthread_t thread;
         bool started;
 } sp_term;
@@ -35,19 +39,42 @@ static void term_signal(sp_term *t, int sig)
                 __atomic_store_n(&t->last_sig, sig, __ATOMIC_SEQ_CST);
 }
 
+static void touch(sp_term *t)
+{
+        if (t->idle_ms > 0)
+                __atomic_store_n(&t->last_active, cs_now_monotonic_ms(), __ATOMIC_SEQ_CST);
+}
+
+/* The deadline, or the idle limit's if sooner. */
+static int64_t next_deadline(sp_term *t, bool *ret_idle)
+{
+        int64_t idle = t->idle_ms > 0
+                               ? __atomic_load_n(&t->last_active, __ATOMIC_SEQ_CST) + t->idle_ms
+                               : INT64_MAX;
+
+        *ret_idle = idle < t->deadline;
+        return *ret_idle ? idle : t->deadline;
+}
+
 static void *term_main(void *arg)
 {
         sp_term *t = arg;
 
         for (;;) {
-                if (spawn_exec_wait(t->e, t->deadline))
+                bool idle;
+                int64_t until = next_deadline(t, &idle);
+
+                if (spawn_exec_wait(t->e, until))
                         return NULL;
                 if (__atomic_load_n(&t->stop, __ATOMIC_SEQ_CST) != SPAWN_STOP_NONE)
                         break;
-                if (cs_now_monotonic_ms() >= t->deadline) {
+                until = next_deadline(t, &idle); /* activity may have moved it */
+                if (cs_now_monotonic_ms() >= until) {
                         int none = SPAWN_STOP_NONE;
-                        __atomic_compare_exchange_n(&t->stop, &none, SPAWN_STOP_TIMEOUT, false,
-                                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+                        if (__atomic_compare_exchange_n(&t->stop, &none, SPAWN_STOP_TIMEOUT, false,
+                                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) &&
+                            idle)
+                                __atomic_store_n(&t->idle, true, __ATOMIC_SEQ_CST);
                         break;
                 }
         }
@@ -68,6 +95,68 @@ static void term_request(sp_term *t, spawn_stop why)
         __atomic_compare_exchange_n(&t->stop, &none, why, false, __ATOMIC_SEQ_CST,
                                     __ATOMIC_SEQ_CST);
         spawn_exec_poke(t->e);
+}
+
+/* The input side of an interactive exec: the client's messages to the spawner, on a thread
+ * of its own (it blocks on the client and on the stdin window). */
+typedef struct sp_input {
+        sp_term *t;
+        const exec_input *in;
+        cs_error *err; /* the client's bad message */
+        pthread_t thread;
+        bool started;
+} sp_input;
+
+static void *input_main(void *arg)
+{
+        sp_input *x = arg;
+        sp_term *t = x->t;
+        bool closed = false;
+
+        for (;;) {
+                exec_input_msg m;
+                cs_error *err = NULL;
+                int r = x->in->next(x->in->userdata, &m, &err);
+
+                if (r < 0 && err && err->code == GRPC_STATUS_INVALID_ARGUMENT) {
+                        x->err = err;
+                        term_request(t, SPAWN_STOP_CANCEL);
+                        return NULL;
+                }
+                if (r < 0) { /* the call ended: follow sees the cancel too */
+                        cs_error_free(err);
+                        term_request(t, SPAWN_STOP_CANCEL);
+                        return NULL;
+                }
+                if (r == 0) {
+                        /* The client can send nothing more: its half-close ends stdin too. */
+                        if (!closed && spawn_exec_close_stdin(t->e, &err) < 0)
+                                cs_error_free(err);
+                        return NULL;
+                }
+                touch(t);
+                switch (m.kind) {
+                case SESSION_STDIN:
+                        r = spawn_exec_stdin(t->e, m.data, m.len, &err);
+                        touch(t); /* the command took it */
+                        break;
+                case SESSION_CLOSE_STDIN:
+                        r = closed ? 0 : spawn_exec_close_stdin(t->e, &err);
+                        closed = true;
+                        break;
+                case SESSION_RESIZE:
+                        r = spawn_exec_resize(t->e, m.rows, m.cols, &err);
+                        break;
+                case SESSION_SIGNAL:
+                        r = spawn_exec_signal_fg(t->e, m.signo, &err);
+                        break;
+                default:
+                        r = 0;
+                        break;
+                }
+                if (r < 0) /* the link broke: the exec fails by that */
+                        cs_error_free(err);
+        }
 }
 
 /* Moves output to the sink until the exec's end. Returns 1 (exited), -1 (failed: *why). */
@@ -94,6 +183,7 @@ static int follow(sp_term *t, const exec_sink *sink, spawn_run_result *ret, char
                                 term_request(t, SPAWN_STOP_CANCEL);
                         }
                         owed += (uint32_t)ev.len;
+                        touch(t);
                         if (owed >= SPAWN_EXEC_REGRANT) {
                                 if (spawn_exec_credit(t->e, owed, &err) < 0)
                                         cs_error_free(err); /* the failure comes as an event */
@@ -129,13 +219,23 @@ int spawn_run(spawn_link *l, const spawn_run_spec *spec, const exec_sink *sink,
               spawn_run_result *ret, cs_error **err)
 {
         sp_term t = { .l = l, .deadline = spec->deadline, .grace_ms = spec->grace_ms };
+        sp_input x = { .t = &t, .in = spec->input };
+        spawn_input in = { 0 };
         char why[200] = "";
         bool sent = false;
         int r;
 
         *ret = (spawn_run_result){ 0 };
-        if (spawn_exec_start(l, spec->argv, spec->env, spec->cwd, SPAWN_EXEC_WINDOW, &t.e, &sent,
-                             err) < 0)
+        if (spec->input) {
+                in = (spawn_input){ .stdin = true,
+                                    .tty = spec->input->tty,
+                                    .rows = spec->input->rows,
+                                    .cols = spec->input->cols };
+                t.idle_ms = spec->input->idle_ms > 0 ? spec->input->idle_ms : 0;
+                touch(&t);
+        }
+        if (spawn_exec_start_input(l, spec->argv, spec->env, spec->cwd, SPAWN_EXEC_WINDOW,
+                                   spec->input ? &in : NULL, &t.e, &sent, err) < 0)
                 return sent ? -1 : 0;
         t.started = pthread_create(&t.thread, NULL, term_main, &t) == 0;
         if (!t.started) {
@@ -145,7 +245,20 @@ int spawn_run(spawn_link *l, const spawn_run_spec *spec, const exec_sink *sink,
                         cs_error_free(ignored);
                 spawn_link_break(l, "cannot start an exec's terminator thread");
         }
+        if (spec->input && t.started) {
+                x.started = pthread_create(&x.thread, NULL, input_main, &x) == 0;
+                if (!x.started)
+                        term_request(&t, SPAWN_STOP_CANCEL); /* no input: end it as a cancel */
+        }
         r = follow(&t, sink, ret, why, sizeof(why));
+        /* The input thread ends once the client's read is abandoned (its stdin writes end
+         * with the exec). */
+        if (x.started) {
+                spec->input->abandon(spec->input->userdata);
+                pthread_join(x.thread, NULL);
+        }
+        ret->input_err = x.err;
+        ret->idle = __atomic_load_n(&t.idle, __ATOMIC_SEQ_CST);
         /* The terminator ends once the exec is done (exited or failed, both seen by now). */
         if (t.started)
                 pthread_join(t.thread, NULL);

@@ -32,14 +32,17 @@ typedef enum spawn_stop {
 typedef struct spawn_run_spec {
         char *const *argv, *const *env; /* NULL-terminated */
         const char *cwd;
-        int64_t deadline; /* monotonic ms */
-        int64_t grace_ms; /* SIGTERM to SIGKILL */
+        int64_t deadline;        /* monotonic ms */
+        int64_t grace_ms;        /* SIGTERM to SIGKILL */
+        const exec_input *input; /* NULL: stdin /dev/null */
 } spawn_run_spec;
 
 typedef struct spawn_run_result {
         spawn_exited exited; /* valid when the spawner reported the end */
         spawn_stop stop;     /* why the agent stopped it, if it did */
         int last_sig;        /* the last signal the agent sent */
+        cs_error *input_err; /* the client's bad message (interactive execs), owned */
+        bool idle;           /* the idle limit stopped it (stop is SPAWN_STOP_TIMEOUT) */
 } spawn_run_result;
 
 /* Runs spec on l. Returns 1 when the command ran and *ret says how it ended; 0 when nothing

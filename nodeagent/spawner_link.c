@@ -51,6 +51,8 @@ struct spawn_exec {
         int evfd;
         int pid;
         uint64_t credit; /* bytes the spawner may still send */
+        bool has_stdin, tty;
+        uint64_t stdin_credit; /* stdin bytes we may still send (the spawner's window) */
         stream_buf bufs[2];
         run runs[SPAWN_MAX_RUNS]; /* a ring: first_run, n_runs */
         size_t first_run, n_runs;
@@ -378,6 +380,15 @@ static bool route_locked(spawn_link *l, spawn_spawner_frame *f)
                 exec_notify_locked(e);
                 break;
         }
+        case COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_STDIN_CREDIT:
+                if (!e->has_stdin)
+                        bad = "stdin credit for an exec without stdin";
+                else if (e->stdin_credit + f->stdin_credit->bytes > SPAWN_STDIN_WINDOW)
+                        bad = "stdin credit beyond the window";
+                else
+                        e->stdin_credit += f->stdin_credit->bytes;
+                pthread_cond_broadcast(&e->cond);
+                break;
         case COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_EXITED: {
                 const Compute__Spawner__V1__Exited *x = f->exited;
 
@@ -869,6 +880,13 @@ static int link_write(spawn_link *l, const spawn_agent_frame *f, bool *sent, cs_
 int spawn_exec_start(spawn_link *l, char *const *argv, char *const *env, const char *cwd,
                      uint32_t credit, spawn_exec **ret, bool *ret_sent, cs_error **err)
 {
+        return spawn_exec_start_input(l, argv, env, cwd, credit, NULL, ret, ret_sent, err);
+}
+
+int spawn_exec_start_input(spawn_link *l, char *const *argv, char *const *env, const char *cwd,
+                           uint32_t credit, const spawn_input *in, spawn_exec **ret, bool *ret_sent,
+                           cs_error **err)
+{
         Compute__Spawner__V1__Start start = COMPUTE__SPAWNER__V1__START__INIT;
         spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
         spawn_mgr *m = l->m;
@@ -888,6 +906,12 @@ int spawn_exec_start(spawn_link *l, char *const *argv, char *const *env, const c
         start.n_env = n_env;
         start.cwd = (char *)cwd;
         start.credit = credit;
+        if (in) {
+                start.stdin = in->stdin;
+                start.tty = in->tty;
+                start.rows = in->tty ? in->rows : 0;
+                start.cols = in->tty ? in->cols : 0;
+        }
         f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_START;
         f.start = &start;
         f.exec_id = 1; /* checked with a placeholder id; the real one is taken below */
@@ -907,6 +931,9 @@ int spawn_exec_start(spawn_link *l, char *const *argv, char *const *env, const c
         pthread_cond_init(&e->cond, &ca);
         pthread_condattr_destroy(&ca);
         e->credit = credit;
+        e->has_stdin = start.stdin || start.tty;
+        e->tty = start.tty;
+        e->stdin_credit = e->has_stdin ? SPAWN_STDIN_WINDOW : 0;
 
         pthread_mutex_lock(&m->lock);
         if (l->broken || l->n_execs >= SPAWN_MAX_EXECS) {
@@ -1047,6 +1074,88 @@ int spawn_exec_signal(spawn_exec *e, int signo, cs_error **err)
         f.exec_id = e->id;
         f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_SIGNAL;
         f.signal = &s;
+        return link_write(e->l, &f, &sent, err);
+}
+
+int spawn_exec_signal_fg(spawn_exec *e, int signo, cs_error **err)
+{
+        Compute__Spawner__V1__Signal s = COMPUTE__SPAWNER__V1__SIGNAL__INIT;
+        spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
+        bool sent;
+
+        if (spawn_exec_done(e))
+                return 0;
+        s.signo = signo;
+        s.foreground = e->tty;
+        f.exec_id = e->id;
+        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_SIGNAL;
+        f.signal = &s;
+        return link_write(e->l, &f, &sent, err);
+}
+
+int spawn_exec_stdin(spawn_exec *e, const uint8_t *data, size_t len, cs_error **err)
+{
+        spawn_mgr *m = e->l->m;
+
+        while (len > 0) {
+                Compute__Spawner__V1__Stdin in = COMPUTE__SPAWNER__V1__STDIN__INIT;
+                spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
+                size_t n;
+                bool sent;
+
+                pthread_mutex_lock(&m->lock);
+                while (!(e->exited || e->failed) && e->stdin_credit == 0)
+                        pthread_cond_wait(&e->cond, &m->lock);
+                if (e->exited || e->failed) {
+                        pthread_mutex_unlock(&m->lock);
+                        return 1;
+                }
+                n = len;
+                if (n > e->stdin_credit)
+                        n = (size_t)e->stdin_credit;
+                if (n > SPAWN_MAX_DATA)
+                        n = SPAWN_MAX_DATA;
+                e->stdin_credit -= n;
+                pthread_mutex_unlock(&m->lock);
+                in.data = (ProtobufCBinaryData){ .len = n, .data = (uint8_t *)data };
+                f.exec_id = e->id;
+                f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_STDIN;
+                f.stdin = &in;
+                if (link_write(e->l, &f, &sent, err) < 0)
+                        return -1;
+                data += n;
+                len -= n;
+        }
+        return 0;
+}
+
+int spawn_exec_close_stdin(spawn_exec *e, cs_error **err)
+{
+        Compute__Spawner__V1__CloseStdin c = COMPUTE__SPAWNER__V1__CLOSE_STDIN__INIT;
+        spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
+        bool sent;
+
+        if (spawn_exec_done(e))
+                return 0;
+        f.exec_id = e->id;
+        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_CLOSE_STDIN;
+        f.close_stdin = &c;
+        return link_write(e->l, &f, &sent, err);
+}
+
+int spawn_exec_resize(spawn_exec *e, uint32_t rows, uint32_t cols, cs_error **err)
+{
+        Compute__Spawner__V1__Resize r = COMPUTE__SPAWNER__V1__RESIZE__INIT;
+        spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
+        bool sent;
+
+        if (spawn_exec_done(e))
+                return 0;
+        r.rows = rows;
+        r.cols = cols;
+        f.exec_id = e->id;
+        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_RESIZE;
+        f.resize = &r;
         return link_write(e->l, &f, &sent, err);
 }
 

@@ -74,6 +74,29 @@ void spawn_link_break(spawn_link *l, const char *why);
 int spawn_exec_start(spawn_link *l, char *const *argv, char *const *env, const char *cwd,
                      uint32_t credit, spawn_exec **ret, bool *ret_sent, cs_error **err);
 
+/* An interactive exec (Start.stdin/tty): a stdin the agent feeds (spawn_exec_stdin), or a
+ * terminal of rows x cols (0x0: its default) for stdin, stdout and stderr. */
+typedef struct spawn_input {
+        bool stdin, tty;
+        uint32_t rows, cols;
+} spawn_input;
+
+/* spawn_exec_start for an interactive exec (in NULL: as spawn_exec_start). */
+int spawn_exec_start_input(spawn_link *l, char *const *argv, char *const *env, const char *cwd,
+                           uint32_t credit, const spawn_input *in, spawn_exec **ret, bool *ret_sent,
+                           cs_error **err);
+
+/* Interactive execs. spawn_exec_stdin sends data in frames within the stdin window the
+ * spawner grants back as the command reads: it blocks while the window is used up (the
+ * command is not reading), until the exec is done. 0 when all was sent, 1 when the exec is
+ * done (the rest is dropped), -1 when the link broke. close_stdin, resize and the foreground
+ * signal (tty execs: to the terminal's foreground process group; others: the tree) do
+ * nothing once the exec is done. */
+int spawn_exec_stdin(spawn_exec *e, const uint8_t *data, size_t len, cs_error **err);
+int spawn_exec_close_stdin(spawn_exec *e, cs_error **err);
+int spawn_exec_resize(spawn_exec *e, uint32_t rows, uint32_t cols, cs_error **err);
+int spawn_exec_signal_fg(spawn_exec *e, int signo, cs_error **err);
+
 typedef enum spawn_event_kind {
         SPAWN_EV_NONE,   /* nothing yet: wait for spawn_exec_fd */
         SPAWN_EV_OUTPUT, /* stream, data, len: valid until the next call */

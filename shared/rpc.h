@@ -213,15 +213,22 @@ grpc_status_code rpc_call_cancel_status(rpc_call *call);
  * caller keeps `msg` (it is encoded before this returns). */
 int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg, cs_error **err);
 
-/* Bidirectional handlers: reads the next request (of the method's request type). Waits for
- * the message sent last to be taken first, so that one message at most is in flight either
- * way. Returns 1 with *ret_msg (the caller frees it with protobuf_c_message_free_unpacked),
- * 0 once the client has closed its side, -1 with CANCELLED or DEADLINE_EXCEEDED when the
- * call ended, RESOURCE_EXHAUSTED for a request over max_bytes (the server's message cap
- * applies before), INVALID_ARGUMENT for one that does not decode. A cancel that gRPC reports
- * to the read before the call's close op may come back as 0: either way the handler should
- * return, and the layer ends a cancelled call as cancelled. */
+/* Bidirectional handlers: reads the next request (of the method's request type). Reads are
+ * independent of sends: one thread may block here while another sends with rpc_call_send
+ * (one read and one send in flight at once; never two reads at once). Returns 1 with
+ * *ret_msg (the caller frees it with protobuf_c_message_free_unpacked), 0 once the client
+ * has closed its side or the read was abandoned (rpc_call_recv_abandon), -1 with CANCELLED
+ * or DEADLINE_EXCEEDED when the call ended, RESOURCE_EXHAUSTED for a request over max_bytes
+ * (the server's message cap applies before), INVALID_ARGUMENT for one that does not decode.
+ * A cancel that gRPC reports to the read before the call's close op may come back as 0:
+ * either way the handler should return, and the layer ends a cancelled call as cancelled. */
 int rpc_call_recv(rpc_call *call, size_t max_bytes, ProtobufCMessage **ret_msg, cs_error **err);
+
+/* Makes a rpc_call_recv that blocks (and every later one) return 0 at once, e.g. when the
+ * handler is done and its reader thread must end while the client still has its side open.
+ * A read still pending in gRPC is left to the layer, which drops what it brings. Safe from
+ * any thread. */
+void rpc_call_recv_abandon(rpc_call *call);
 
 /* Zeroed memory and string copies that live until the call ends. Never NULL. */
 void *rpc_call_alloc(rpc_call *call, size_t size);
@@ -355,6 +362,21 @@ void rpc_bytes_clear(rpc_bytes *b);
 int rpc_stream_open(rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
                     rpc_stream **ret, cs_error **err);
+
+/* Starts a bidirectional call: no request yet; send them with rpc_stream_send (then
+ * rpc_stream_close_send), read the responses with rpc_stream_read. One thread may send while
+ * another reads (one of each at a time). */
+int rpc_stream_open_bidi(rpc_channel *ch, const char *method,
+                         const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
+                         rpc_stream **ret, cs_error **err);
+
+/* Sends one message on a bidirectional call. Waits first for the transport to take the
+ * previous one, so a server that stops reading holds the sender back (one message in
+ * flight). UNAVAILABLE once the call has ended (its status comes from rpc_stream_read). */
+int rpc_stream_send(rpc_stream *st, const ProtobufCMessage *msg, cs_error **err);
+
+/* Half-closes a bidirectional call (after the message in flight): the server reads its end. */
+void rpc_stream_close_send(rpc_stream *st);
 
 /* Reads the next message: returns 1 with *ret_msg (caller frees it with
  * protobuf_c_message_free_unpacked), 0 at the end of a stream that ended with OK, or -1 with

@@ -155,21 +155,28 @@ typedef struct client_call {
         grpc_metadata_array trailing_md;
         grpc_status_code status;
         grpc_slice details;
+        /* A bidirectional call's queue is plucked, by tag: one thread may read while another
+         * sends, each waiting for its own batch. */
+        bool pluck;
 } client_call;
 
-static int client_call_init(client_call *cc, rpc_channel *ch, const char *method,
-                            const ProtobufCMessage *req, const rpc_call_options *opts,
-                            cs_error **err)
+/* pluck: a bidirectional call's queue (see client_call.pluck); req NULL for those. */
+static int client_call_init_ex(client_call *cc, rpc_channel *ch, const char *method,
+                               const ProtobufCMessage *req, const rpc_call_options *opts,
+                               bool pluck, cs_error **err)
 {
         rpc_call *parent = opts ? opts->parent : NULL;
         const char *rid = opts ? opts->request_id : NULL;
         gpr_timespec deadline = rpc_deadline_from_timeout(opts ? opts->timeout_ms : 0);
 
         memset(cc, 0, sizeof(*cc));
+        cc->pluck = pluck;
         grpc_metadata_array_init(&cc->initial_md);
         grpc_metadata_array_init(&cc->trailing_md);
         cc->details = grpc_empty_slice();
-        if (opts && opts->bytes) {
+        if (!req) {
+                /* A bidirectional call: its messages are sent later (rpc_stream_send). */
+        } else if (opts && opts->bytes) {
                 const ProtobufCFieldDescriptor *f =
                         rpc_bytes_field(req->descriptor, opts->bytes_field);
                 if (!f)
@@ -193,7 +200,8 @@ static int client_call_init(client_call *cc, rpc_channel *ch, const char *method
                         grpc_slice_from_static_buffer(cc->request_id, strlen(cc->request_id));
         }
 
-        cc->cq = grpc_completion_queue_create_for_next(NULL);
+        cc->cq = cc->pluck ? grpc_completion_queue_create_for_pluck(NULL)
+                           : grpc_completion_queue_create_for_next(NULL);
         cc->call = grpc_channel_create_call(
                 ch->channel, parent ? rpc_call_grpc(parent) : NULL, GRPC_PROPAGATE_DEFAULTS, cc->cq,
                 grpc_slice_from_static_string(method), NULL, deadline, NULL);
@@ -201,6 +209,13 @@ static int client_call_init(client_call *cc, rpc_channel *ch, const char *method
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot create the call",
                                     method);
         return 0;
+}
+
+static int client_call_init(client_call *cc, rpc_channel *ch, const char *method,
+                            const ProtobufCMessage *req, const rpc_call_options *opts,
+                            cs_error **err)
+{
+        return client_call_init_ex(cc, ch, method, req, opts, false, err);
 }
 
 /* Fills ops[0..3] with the ops that open a call and send its one request. */
@@ -244,7 +259,10 @@ static void client_call_destroy(client_call *cc)
                 grpc_call_unref(cc->call);
         if (cc->cq) {
                 grpc_completion_queue_shutdown(cc->cq);
-                while (grpc_completion_queue_next(cc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+                while ((cc->pluck ? grpc_completion_queue_pluck(
+                                            cc->cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+                                  : grpc_completion_queue_next(
+                                            cc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL))
                                .type != GRPC_QUEUE_SHUTDOWN)
                         ;
                 grpc_completion_queue_destroy(cc->cq);
@@ -332,6 +350,7 @@ enum {
         TAG_START,
         TAG_STATUS,
         TAG_RECV,
+        TAG_SEND, /* bidirectional calls: a message or the half-close */
         N_TAGS
 };
 
@@ -342,11 +361,24 @@ struct rpc_stream {
         bool pending[N_TAGS]; /* batches started and not yet completed */
         bool ended;           /* the status has been read */
         grpc_byte_buffer *recv;
+        grpc_byte_buffer *send; /* bidirectional: the message in flight */
+        bool send_failed, send_closed;
 };
 
 /* Drains the stream's queue until the batch `tag` has completed. */
 static void stream_wait(rpc_stream *st, int tag)
 {
+        if (st->cc.pluck) {
+                if (st->pending[tag]) {
+                        grpc_event ev = grpc_completion_queue_pluck(
+                                st->cc.cq, &st->pending[tag], gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                NULL);
+                        if (ev.type == GRPC_OP_COMPLETE && tag == TAG_SEND && !ev.success)
+                                st->send_failed = true;
+                        st->pending[tag] = false;
+                }
+                return;
+        }
         while (st->pending[tag]) {
                 grpc_event ev = grpc_completion_queue_next(
                         st->cc.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
@@ -387,6 +419,75 @@ int rpc_stream_open(rpc_channel *ch, const char *method, const ProtobufCMessage 
 fail:
         rpc_stream_free(st);
         return -1;
+}
+
+int rpc_stream_open_bidi(rpc_channel *ch, const char *method,
+                         const ProtobufCMessageDescriptor *resp_desc, const rpc_call_options *opts,
+                         rpc_stream **ret, cs_error **err)
+{
+        rpc_stream *st = cs_xcalloc(1, sizeof(*st));
+        grpc_op ops[2], status_op;
+
+        st->resp_desc = resp_desc;
+        st->method = cs_xstrdup(method);
+        if (client_call_init_ex(&st->cc, ch, method, NULL, opts, true, err) < 0)
+                goto fail;
+        ops[0] = (grpc_op){ .op = GRPC_OP_SEND_INITIAL_METADATA };
+        ops[0].data.send_initial_metadata.count = st->cc.request_id[0] ? 1 : 0;
+        ops[0].data.send_initial_metadata.metadata = st->cc.md;
+        ops[1] = (grpc_op){ .op = GRPC_OP_RECV_INITIAL_METADATA };
+        ops[1].data.recv_initial_metadata.recv_initial_metadata = &st->cc.initial_md;
+        client_call_status_op(&st->cc, &status_op);
+        if (stream_start(st, TAG_START, ops, 2) < 0 ||
+            stream_start(st, TAG_STATUS, &status_op, 1) < 0) {
+                cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: cannot start the call", method);
+                goto fail;
+        }
+        *ret = st;
+        return 0;
+fail:
+        rpc_stream_free(st);
+        return -1;
+}
+
+/* Waits for the send in flight; false when it (or an earlier one) failed: the call ended. */
+static bool stream_send_wait(rpc_stream *st)
+{
+        stream_wait(st, TAG_SEND);
+        if (st->send) {
+                grpc_byte_buffer_destroy(st->send);
+                st->send = NULL;
+        }
+        return !st->send_failed;
+}
+
+int rpc_stream_send(rpc_stream *st, const ProtobufCMessage *msg, cs_error **err)
+{
+        grpc_op op = { .op = GRPC_OP_SEND_MESSAGE };
+
+        if (!stream_send_wait(st) || st->send_closed)
+                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "%s: the call has ended",
+                                    st->method);
+        if (rpc_message_pack(msg, RPC_MAX_MESSAGE_BYTES, &st->send, err) < 0)
+                return -1;
+        op.data.send_message.send_message = st->send;
+        if (stream_start(st, TAG_SEND, &op, 1) < 0) {
+                st->send_failed = true;
+                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "%s: the call has ended",
+                                    st->method);
+        }
+        return 0;
+}
+
+void rpc_stream_close_send(rpc_stream *st)
+{
+        grpc_op op = { .op = GRPC_OP_SEND_CLOSE_FROM_CLIENT };
+
+        if (!stream_send_wait(st) || st->send_closed)
+                return;
+        st->send_closed = true;
+        if (stream_start(st, TAG_SEND, &op, 1) < 0)
+                st->send_failed = true;
 }
 
 int rpc_stream_read_raw(rpc_stream *st, grpc_byte_buffer **ret, cs_error **err)
@@ -440,6 +541,8 @@ void rpc_stream_free(rpc_stream *st)
                 stream_wait(st, tag);
         if (st->recv)
                 grpc_byte_buffer_destroy(st->recv);
+        if (st->send)
+                grpc_byte_buffer_destroy(st->send);
         client_call_destroy(&st->cc);
         free(st->method);
         free(st);

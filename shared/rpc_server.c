@@ -123,6 +123,13 @@ struct rpc_call {
         atomic_bool cancelled;
         int cancel_fd;
 
+        /* Bidirectional calls: the read batch, apart from the send's so that one read and one
+         * send may be in flight at once (from two threads). A read left pending by
+         * rpc_call_recv_abandon holds a reference until gRPC completes it. */
+        rpc_tag recv_tag;
+        bool recv_pending, recv_ok, recv_abandoned;
+        grpc_byte_buffer *recv_bb;
+
         rpc_tag send_tag;
         bool send_done;
         bool send_ok;
@@ -352,6 +359,8 @@ static void call_free(rpc_call *c)
         }
         if (c->in_flight)
                 grpc_byte_buffer_destroy(c->in_flight);
+        if (c->recv_bb)
+                grpc_byte_buffer_destroy(c->recv_bb);
         if (c->raw_resp)
                 grpc_byte_buffer_destroy(c->raw_resp);
         if (c->resp_field)
@@ -411,6 +420,24 @@ static void on_send(void *owner, bool ok)
         c->send_ok = ok;
         pthread_cond_broadcast(&c->cond);
         pthread_mutex_unlock(&c->lock);
+}
+
+/* Poller: a read batch completed; wakes the reader, or drops what an abandoned read got. */
+static void on_recv(void *owner, bool ok)
+{
+        rpc_call *c = owner;
+        grpc_byte_buffer *drop = NULL;
+
+        pthread_mutex_lock(&c->lock);
+        c->recv_pending = false;
+        c->recv_ok = ok;
+        if (c->recv_abandoned)
+                drop = TAKE_PTR(c->recv_bb);
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        if (drop)
+                grpc_byte_buffer_destroy(drop);
+        call_unref(c); /* the read's reference */
 }
 
 /* Poller: the status batch of a call refused at the door completed. */
@@ -548,17 +575,50 @@ int rpc_call_recv(rpc_call *c, size_t max_bytes, ProtobufCMessage **ret_msg, cs_
 {
         grpc_op op = { .op = GRPC_OP_RECV_MESSAGE };
         grpc_byte_buffer *bb = NULL;
+        grpc_call_error e;
         size_t len;
+        bool ok;
         int r;
 
         *ret_msg = NULL;
         if (!c->sm || !c->sm->bidi)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: not a bidirectional method",
                                     c->method->path);
-        if (!call_wait_batch(c) || rpc_call_cancelled(c))
+        pthread_mutex_lock(&c->lock);
+        if (c->recv_abandoned || c->recv_pending) {
+                /* Abandoned (the pending read, if any, is the layer's now). */
+                pthread_mutex_unlock(&c->lock);
+                return 0;
+        }
+        if (rpc_call_cancelled(c)) {
+                pthread_mutex_unlock(&c->lock);
                 return call_ended_error(c, err);
-        op.data.recv_message.recv_message = &bb;
-        if (!call_start_batch(c, &op, 1) || !call_wait_batch(c)) {
+        }
+        c->recv_pending = true;
+        c->refs++; /* the read's, dropped by on_recv */
+        pthread_mutex_unlock(&c->lock);
+        op.data.recv_message.recv_message = &c->recv_bb;
+        e = grpc_call_start_batch(c->call, &op, 1, &c->recv_tag, NULL);
+        if (e != GRPC_CALL_OK) {
+                rpc_call_log(c, CS_LOG_ERROR, "%s: grpc_call_start_batch: %s", c->method->path,
+                             grpc_call_error_to_string(e));
+                pthread_mutex_lock(&c->lock);
+                c->recv_pending = false;
+                c->refs--; /* the handler's is still held: never the last */
+                pthread_mutex_unlock(&c->lock);
+                return call_ended_error(c, err);
+        }
+        pthread_mutex_lock(&c->lock);
+        while (c->recv_pending && !c->recv_abandoned)
+                pthread_cond_wait(&c->cond, &c->lock);
+        if (c->recv_pending) { /* abandoned while it waited */
+                pthread_mutex_unlock(&c->lock);
+                return 0;
+        }
+        ok = c->recv_ok;
+        bb = TAKE_PTR(c->recv_bb);
+        pthread_mutex_unlock(&c->lock);
+        if (!ok) {
                 if (bb)
                         grpc_byte_buffer_destroy(bb);
                 return call_ended_error(c, err);
@@ -575,6 +635,14 @@ int rpc_call_recv(rpc_call *c, size_t max_bytes, ProtobufCMessage **ret_msg, cs_
                                        GRPC_STATUS_INVALID_ARGUMENT, ret_msg, err);
         grpc_byte_buffer_destroy(bb);
         return r < 0 ? -1 : 1;
+}
+
+void rpc_call_recv_abandon(rpc_call *c)
+{
+        pthread_mutex_lock(&c->lock);
+        c->recv_abandoned = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
 }
 
 /* --- handler thread -------------------------------------------------------------------- */
@@ -759,6 +827,7 @@ static rpc_call *call_new(srv_method *sm)
         pthread_cond_init(&c->cond, NULL);
         c->close_tag = (rpc_tag){ .fn = on_close, .owner = c };
         c->send_tag = (rpc_tag){ .fn = on_send, .owner = c };
+        c->recv_tag = (rpc_tag){ .fn = on_recv, .owner = c };
         c->send_done = true; /* no batch started yet */
         c->send_ok = true;
         c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

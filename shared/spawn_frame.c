@@ -153,6 +153,10 @@ const char *spawn_check_spawner(const spawn_spawner_frame *f)
                         return "exited.start_error too long or not UTF-8";
                 break;
         }
+        case COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_STDIN_CREDIT:
+                if (f->stdin_credit->bytes == 0 || f->stdin_credit->bytes > SPAWN_STDIN_WINDOW)
+                        return "stdin_credit.bytes outside 1..256 KiB";
+                break;
         default:
                 break;
         }
@@ -202,8 +206,21 @@ const char *spawn_check_agent(const spawn_agent_frame *f)
                         return "start argv, env and cwd above 1 MiB";
                 if (s->credit == 0 || s->credit > SPAWN_MAX_CREDIT)
                         return "start.credit outside 1..16 MiB";
+                if (!s->tty && (s->rows || s->cols))
+                        return "start.rows/cols without tty";
+                if (s->rows > SPAWN_MAX_TTY_DIM || s->cols > SPAWN_MAX_TTY_DIM)
+                        return "start.rows/cols above their cap";
                 break;
         }
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_STDIN:
+                if (f->stdin->data.len == 0 || f->stdin->data.len > SPAWN_MAX_DATA)
+                        return "stdin.data empty or above 64 KiB";
+                break;
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_RESIZE:
+                if (f->resize->rows < 1 || f->resize->rows > SPAWN_MAX_TTY_DIM ||
+                    f->resize->cols < 1 || f->resize->cols > SPAWN_MAX_TTY_DIM)
+                        return "resize rows/cols outside 1..4096";
+                break;
         case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_SIGNAL:
                 if (f->signal->signo < 1 || f->signal->signo > SPAWN_MAX_SIGNAL)
                         return "signal.signo outside 1..64";

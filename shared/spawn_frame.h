@@ -36,6 +36,10 @@ typedef Compute__Spawner__V1__SpawnerFrame spawn_spawner_frame;
 #define SPAWN_MAX_VERSION     64
 #define SPAWN_MAX_START_ERROR 256
 #define SPAWN_MAX_SIGNAL      64
+/* Stdin bytes the agent may send an exec beyond what the spawner granted back (the
+ * spawner's buffer for that exec), and a terminal's largest side. */
+#define SPAWN_STDIN_WINDOW (256u * 1024)
+#define SPAWN_MAX_TTY_DIM  4096
 
 /* Accumulates bytes of a stream and cuts them into frames. */
 typedef struct spawn_reader {

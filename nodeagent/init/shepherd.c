@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -245,6 +246,8 @@ typedef struct shep_cmd {
         char **argv, **env; /* NULL-terminated */
         const char *cwd;
         int out_fd, err_fd;
+        int in_fd;            /* stdin (a pipe, or the terminal's slave), -1: /dev/null */
+        bool tty;             /* in_fd is a terminal: it becomes the controlling one */
         volatile int err, at; /* written by the vfork child when it fails */
 } shep_cmd;
 
@@ -264,9 +267,13 @@ static _Noreturn void command_child(shep_cmd *cmd)
         signal(SIGPIPE, SIG_DFL);
         if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
                 goto fail;
-        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        null_fd = cmd->in_fd >= 0 ? cmd->in_fd : open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(cmd->out_fd, 1) < 0 ||
             dup2(cmd->err_fd, 2) < 0)
+                goto fail;
+        /* The terminal becomes the new session's controlling terminal: the line discipline
+         * then sends ^C's SIGINT to its foreground process group. */
+        if (cmd->tty && ioctl(0, TIOCSCTTY, 0) < 0)
                 goto fail;
         if (chdir(cmd->cwd) < 0) {
                 cmd->at = SHEP_AT_CWD;
@@ -299,11 +306,31 @@ static char **null_terminated(char **v, size_t n)
         return out;
 }
 
+/* The command's environment: env, plus TERM=xterm-256color for a terminal that env does not
+ * name. */
+static char **with_term(char **env, size_t n, bool tty)
+{
+        char **out = calloc(n + 2, sizeof(*out));
+
+        if (!out)
+                return NULL;
+        memcpy(out, env, n * sizeof(*out));
+        if (tty) {
+                bool has = false;
+
+                for (size_t i = 0; i < n && !has; i++)
+                        has = strncmp(env[i], "TERM=", 5) == 0;
+                if (!has)
+                        out[n] = (char *)"TERM=xterm-256color";
+        }
+        return out;
+}
+
 /* Waits for SHEP_START and its 3 fds; reads and decodes the Start from the memfd. Exits when
  * the spawner closes ctl first (a pool shepherd no longer needed). */
-static spawn_agent_frame *receive_start(int ctl, int *out_fd, int *err_fd)
+static spawn_agent_frame *receive_start(int ctl, int *out_fd, int *err_fd, int *in_fd)
 {
-        char cbuf[CMSG_SPACE(3 * sizeof(int))];
+        char cbuf[CMSG_SPACE(4 * sizeof(int))];
         shep_msg m;
         struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
         struct msghdr mh = { .msg_iov = &iov,
@@ -315,7 +342,8 @@ static spawn_agent_frame *receive_start(int ctl, int *out_fd, int *err_fd)
         const char *why;
         uint8_t *buf;
         struct stat st;
-        int fds[3];
+        int fds[4] = { -1, -1, -1, -1 };
+        size_t n_fds;
         ssize_t n;
 
         do
@@ -324,9 +352,11 @@ static spawn_agent_frame *receive_start(int ctl, int *out_fd, int *err_fd)
         if (n != (ssize_t)sizeof(m) || m.op != SHEP_START)
                 _exit(0);
         c = CMSG_FIRSTHDR(&mh);
-        if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(fds)))
+        if (!c || c->cmsg_type != SCM_RIGHTS ||
+            (c->cmsg_len != CMSG_LEN(3 * sizeof(int)) && c->cmsg_len != CMSG_LEN(4 * sizeof(int))))
                 _exit(1);
-        memcpy(fds, CMSG_DATA(c), sizeof(fds));
+        n_fds = c->cmsg_len == CMSG_LEN(4 * sizeof(int)) ? 4 : 3;
+        memcpy(fds, CMSG_DATA(c), n_fds * sizeof(int));
         if (fstat(fds[0], &st) < 0 || st.st_size <= 0 || st.st_size > SPAWN_MAX_AGENT_FRAME)
                 _exit(1);
         buf = malloc((size_t)st.st_size);
@@ -337,8 +367,11 @@ static spawn_agent_frame *receive_start(int ctl, int *out_fd, int *err_fd)
         free(buf);
         if (!f || f->kind_case != COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_START)
                 _exit(1);
+        if ((f->start->stdin || f->start->tty) != (fds[3] >= 0))
+                _exit(1);
         *out_fd = fds[1];
         *err_fd = fds[2];
+        *in_fd = fds[3];
         return f;
 }
 
@@ -372,9 +405,10 @@ static bool serve_one(int ctl, int sfd)
         bool stopping = false; /* the agent sent SIGTERM or SIGKILL: no survivor at the end */
         ssize_t n;
 
-        f = receive_start(ctl, &cmd.out_fd, &cmd.err_fd);
+        f = receive_start(ctl, &cmd.out_fd, &cmd.err_fd, &cmd.in_fd);
+        cmd.tty = f->start->tty;
         cmd.argv = null_terminated(f->start->argv, f->start->n_argv);
-        cmd.env = null_terminated(f->start->env, f->start->n_env);
+        cmd.env = with_term(f->start->env, f->start->n_env, cmd.tty);
         cmd.cwd = f->start->cwd;
         if (!cmd.argv || !cmd.env) {
                 send_failed(ctl, ENOMEM, SHEP_AT_SETUP);
@@ -389,6 +423,8 @@ static bool serve_one(int ctl, int sfd)
         }
         close(cmd.out_fd);
         close(cmd.err_fd);
+        if (cmd.in_fd >= 0)
+                close(cmd.in_fd);
         free(cmd.argv);
         free(cmd.env);
         spawn_agent_frame_free(f);

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "spawn_frame.h"
@@ -81,6 +82,15 @@ typedef struct exec {
         bool alone;     /* the tree ended with the command: usage holds its final figures */
         shep_msg usage;
         char *argv0, *cwd; /* for a start error's message, cut at its size */
+        /* Interactive execs (Start.stdin/tty): the stdin pipe's write end (a terminal: a dup
+         * of its master), -1 once closed; the bytes the agent sent and the command has not
+         * read yet (at most SPAWN_STDIN_WINDOW), those written but not granted back yet. */
+        int in_fd;
+        bool has_stdin, in_closing, in_dead;
+        uint8_t *in_buf;
+        size_t in_off, in_len;
+        uint32_t in_owed;
+        int pty; /* the terminal's master (resize, foreground signals); -1 without one */
 } exec;
 
 static struct {
@@ -212,6 +222,8 @@ static void close_fd(int *fd)
 /* Ends our side of an exec: closing ctl before FINISH makes its shepherd kill the tree. */
 static void exec_drop(exec *e)
 {
+        close_fd(&e->in_fd);
+        close_fd(&e->pty);
         close_fd(&e->ctl);
         close_fd(&e->out[0]);
         close_fd(&e->out[1]);
@@ -224,6 +236,7 @@ static void execs_sweep(void)
 
         for (size_t i = 0; i < S.n_execs; i++) {
                 if (S.execs[i]->gone) {
+                        free(S.execs[i]->in_buf);
                         free(S.execs[i]->argv0);
                         free(S.execs[i]->cwd);
                         free(S.execs[i]);
@@ -292,18 +305,19 @@ static void pool_trim(void)
 
 /* Hands the Start (its frame's bytes, in a memfd) and the pipes' write ends to an idle
  * shepherd, forked now if the pool is empty. Its pid and ctl in *ret; -1 with errno. */
-static int pool_start(const uint8_t *frame, size_t len, int out_fd, int err_fd, idle_shepherd *ret)
+static int pool_start(const uint8_t *frame, size_t len, int out_fd, int err_fd, int in_fd,
+                      idle_shepherd *ret)
 {
         shep_msg m = { .op = SHEP_START };
-        char cbuf[CMSG_SPACE(3 * sizeof(int))] = { 0 };
+        char cbuf[CMSG_SPACE(4 * sizeof(int))] = { 0 };
         struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
         struct msghdr mh = { .msg_iov = &iov,
                              .msg_iovlen = 1,
                              .msg_control = cbuf,
                              .msg_controllen = sizeof(cbuf) };
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        int fds[3] = { -1, out_fd, err_fd }, e;
-        size_t done = 0;
+        int fds[4] = { -1, out_fd, err_fd, in_fd }, e;
+        size_t n_fds = in_fd >= 0 ? 4 : 3, done = 0;
 
         fds[0] = memfd_create("start", MFD_CLOEXEC);
         if (fds[0] < 0)
@@ -321,8 +335,9 @@ static int pool_start(const uint8_t *frame, size_t len, int out_fd, int err_fd, 
         }
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(fds));
-        memcpy(CMSG_DATA(c), fds, sizeof(fds));
+        c->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
+        mh.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, n_fds * sizeof(int));
         /* A few tries: an idle one may have died (killed from inside the sandbox); a failure
          * that is not about the shepherd must not fork one after another. */
         for (int tries = 0; tries < 3; tries++) {
@@ -348,10 +363,72 @@ static int pool_start(const uint8_t *frame, size_t len, int out_fd, int err_fd, 
         return -1;
 }
 
+/* A new pseudo-terminal: *master (non-blocking) and its slave, both close-on-exec, sized
+ * rows x cols when given. The ioctls posix_openpt/unlockpt/ptsname use, without libutil. */
+static int open_pty(uint32_t rows, uint32_t cols, int *master, int *slave)
+{
+        char name[32];
+        unsigned n = 0;
+        int unlock = 0, e;
+
+        *slave = -1;
+        *master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
+        if (*master < 0)
+                return -1;
+        if (ioctl(*master, TIOCSPTLCK, &unlock) < 0 || ioctl(*master, TIOCGPTN, &n) < 0)
+                goto fail;
+        snprintf(name, sizeof(name), "/dev/pts/%u", n);
+        *slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (*slave < 0)
+                goto fail;
+        if (rows && cols) {
+                struct winsize ws = { .ws_row = (unsigned short)rows,
+                                      .ws_col = (unsigned short)cols };
+                if (ioctl(*master, TIOCSWINSZ, &ws) < 0)
+                        goto fail;
+        }
+        return 0;
+fail:
+        e = errno;
+        close_fd(master);
+        close_fd(slave);
+        errno = e;
+        return -1;
+}
+
+/* The stdin side of an interactive exec: a pipe (its read end in *in_rd for the command), or
+ * the terminal (out/err/in of the command all its slave, kept in out[1]). */
+static int exec_open_input(exec *e, const Compute__Spawner__V1__Start *s, int out[2], int err[2],
+                           int *in_rd)
+{
+        int p[2];
+
+        e->has_stdin = true;
+        if (s->tty) {
+                int master, slave;
+
+                if (open_pty(s->rows, s->cols, &master, &slave) < 0)
+                        return -1;
+                e->pty = master;
+                out[0] = fcntl(master, F_DUPFD_CLOEXEC, 3);
+                e->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
+                out[1] = slave;
+                err[1] = fcntl(slave, F_DUPFD_CLOEXEC, 3);
+                *in_rd = fcntl(slave, F_DUPFD_CLOEXEC, 3);
+                return out[0] < 0 || e->in_fd < 0 || err[1] < 0 || *in_rd < 0 ? -1 : 0;
+        }
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return -1;
+        *in_rd = p[0];
+        e->in_fd = p[1];
+        fcntl(e->in_fd, F_SETFL, O_NONBLOCK);
+        return 0;
+}
+
 static void exec_start(uint64_t id, const Compute__Spawner__V1__Start *s, const uint8_t *frame,
                        size_t len)
 {
-        int out[2] = { -1, -1 }, err[2] = { -1, -1 };
+        int out[2] = { -1, -1 }, err[2] = { -1, -1 }, in_rd = -1;
         idle_shepherd sh;
         exec *e = NULL;
 
@@ -369,13 +446,20 @@ static void exec_start(uint64_t id, const Compute__Spawner__V1__Start *s, const 
                 errno = ENOMEM;
                 goto fail;
         }
-        if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
-            pool_start(frame, len, out[1], err[1], &sh) < 0)
+        e->in_fd = e->pty = -1;
+        if (s->stdin || s->tty) {
+                if (exec_open_input(e, s, out, err, &in_rd) < 0)
+                        goto fail;
+        }
+        if ((!s->tty && (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)) ||
+            pool_start(frame, len, out[1], err[1], in_rd, &sh) < 0)
                 goto fail;
-        close(out[1]);
-        close(err[1]);
+        close_fd(&out[1]);
+        close_fd(&err[1]);
+        close_fd(&in_rd);
         fcntl(out[0], F_SETFL, O_NONBLOCK);
-        fcntl(err[0], F_SETFL, O_NONBLOCK);
+        if (err[0] >= 0)
+                fcntl(err[0], F_SETFL, O_NONBLOCK);
         e->id = id;
         e->shepherd = sh.pid;
         e->ctl = sh.ctl;
@@ -390,20 +474,188 @@ fail:
                 close_fd(&out[i]);
                 close_fd(&err[i]);
         }
+        close_fd(&in_rd);
         if (e) {
+                close_fd(&e->in_fd);
+                close_fd(&e->pty);
                 free(e->argv0);
                 free(e->cwd);
                 free(e);
         }
 }
 
-static void exec_signal(exec *e, int signo)
+/* The character the terminal's line discipline turns into signo for its foreground process
+ * group (ISIG on), or -1. */
+static int tty_signal_char(int pty, int signo)
+{
+        struct termios t;
+        int idx = signo == SIGINT    ? VINTR
+                  : signo == SIGQUIT ? VQUIT
+                  : signo == SIGTSTP ? VSUSP
+                                     : -1;
+        const uint8_t defaults[] = { [VINTR] = 3, [VQUIT] = 0x1c, [VSUSP] = 0x1a };
+
+        if (idx < 0)
+                return -1;
+        if (tcgetattr(pty, &t) < 0)
+                return defaults[idx]; /* the line discipline's defaults */
+        if (!(t.c_lflag & ISIG) || t.c_cc[idx] == _POSIX_VDISABLE)
+                return -1;
+        return t.c_cc[idx];
+}
+
+static void exec_signal(exec *e, int signo, bool foreground)
 {
         shep_msg m = { .op = SHEP_SIGNAL, .a = signo };
+        pid_t pgrp = 0;
+        int c;
 
+        /* A terminal's foreground process group, as a key typed there would: only a process
+         * of the exec's own session can have made it the terminal's foreground. gVisor has
+         * no TIOCGPGRP on a master (ENOTTY) and no tpgid in /proc: there, SIGINT, SIGQUIT and
+         * SIGTSTP go as their keys through the line discipline, and other signals (or those
+         * with ISIG off) to the whole tree. */
+        if (foreground && e->pty >= 0) {
+                if (ioctl(e->pty, TIOCGPGRP, &pgrp) == 0 && pgrp > 1) {
+                        kill(-pgrp, signo);
+                        return;
+                }
+                c = tty_signal_char(e->pty, signo);
+                if (c >= 0) {
+                        uint8_t b = (uint8_t)c;
+                        (void)!write(e->pty, &b, 1);
+                        return;
+                }
+        }
         /* Nothing left to signal once the tree ended (the shepherd is idle then). */
         if (e->ctl >= 0 && !e->finishing && !e->alone)
                 (void)!send(e->ctl, &m, sizeof(m), MSG_NOSIGNAL);
+}
+
+/* --- stdin ------------------------------------------------------------------------------ */
+
+static void send_stdin_credit(exec *e)
+{
+        Compute__Spawner__V1__SpawnerFrame f = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__INIT;
+        Compute__Spawner__V1__StdinCredit c = COMPUTE__SPAWNER__V1__STDIN_CREDIT__INIT;
+
+        if (!e->in_owed)
+                return;
+        c.bytes = e->in_owed;
+        e->in_owed = 0;
+        f.exec_id = e->id;
+        f.kind_case = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_STDIN_CREDIT;
+        f.stdin_credit = &c;
+        send_frame(&f);
+}
+
+/* Closes the input: a pipe's write end (the command reads EOF), or for a terminal its EOF
+ * character, the terminal staying for the output. */
+static void exec_input_close(exec *e)
+{
+        if (e->pty >= 0 && e->in_fd >= 0 && !e->in_dead) {
+                struct termios t;
+                uint8_t eof = 4; /* ^D */
+
+                if (tcgetattr(e->pty, &t) == 0 && t.c_cc[VEOF])
+                        eof = t.c_cc[VEOF];
+                (void)!write(e->in_fd, &eof, 1);
+        }
+        close_fd(&e->in_fd);
+}
+
+/* The command stopped reading for good (its stdin closed, or it ended): what is buffered and
+ * what comes later is dropped and granted back at once, so the agent never waits on it. */
+static void exec_input_dead(exec *e)
+{
+        e->in_dead = true;
+        e->in_owed += (uint32_t)(e->in_len - e->in_off);
+        e->in_off = e->in_len = 0;
+        close_fd(&e->in_fd);
+        send_stdin_credit(e);
+}
+
+/* Writes what the stdin pipe takes, grants it back. */
+static void exec_input_write(exec *e)
+{
+        while (e->in_fd >= 0 && e->in_off < e->in_len) {
+                ssize_t n = write(e->in_fd, e->in_buf + e->in_off, e->in_len - e->in_off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        break;
+                if (n <= 0) { /* EPIPE, EIO: nobody reads the input any more */
+                        exec_input_dead(e);
+                        return;
+                }
+                e->in_off += (size_t)n;
+                e->in_owed += (uint32_t)n;
+        }
+        if (e->in_off == e->in_len)
+                e->in_off = e->in_len = 0;
+        /* Granted back in batches, or at once when the window is drained. */
+        if (e->in_owed >= SPAWN_STDIN_WINDOW / 4 || (e->in_len == 0 && e->in_owed))
+                send_stdin_credit(e);
+        if (e->in_len == 0 && e->in_closing)
+                exec_input_close(e);
+}
+
+/* Stdin, CloseStdin, Resize for e. -1 with *why on a protocol error. */
+static int exec_input_frame(exec *e, const spawn_agent_frame *f, const char **why)
+{
+        if (!e->has_stdin) {
+                *why = "stdin, close_stdin or resize for an exec started without them";
+                return -1;
+        }
+        switch (f->kind_case) {
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_STDIN: {
+                size_t n = f->stdin->data.len;
+
+                if (e->in_closing) {
+                        *why = "stdin after close_stdin";
+                        return -1;
+                }
+                if (e->in_dead) {
+                        e->in_owed += (uint32_t)n;
+                        send_stdin_credit(e);
+                        return 0;
+                }
+                if (e->in_len - e->in_off + n > SPAWN_STDIN_WINDOW) {
+                        *why = "stdin beyond the exec's window";
+                        return -1;
+                }
+                if (!e->in_buf && !(e->in_buf = malloc(SPAWN_STDIN_WINDOW))) {
+                        exec_input_dead(e); /* memory short: as if the command had gone */
+                        return 0;
+                }
+                if (e->in_off && e->in_len + n > SPAWN_STDIN_WINDOW) {
+                        memmove(e->in_buf, e->in_buf + e->in_off, e->in_len - e->in_off);
+                        e->in_len -= e->in_off;
+                        e->in_off = 0;
+                }
+                memcpy(e->in_buf + e->in_len, f->stdin->data.data, n);
+                e->in_len += n;
+                exec_input_write(e);
+                return 0;
+        }
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_CLOSE_STDIN:
+                e->in_closing = true;
+                if (e->in_len == 0)
+                        exec_input_close(e);
+                return 0;
+        default: { /* resize */
+                struct winsize ws = { .ws_row = (unsigned short)f->resize->rows,
+                                      .ws_col = (unsigned short)f->resize->cols };
+
+                if (e->pty < 0) {
+                        *why = "resize for an exec without a terminal";
+                        return -1;
+                }
+                (void)ioctl(e->pty, TIOCSWINSZ, &ws);
+                return 0;
+        }
+        }
 }
 
 /* --- the agent's frames ---------------------------------------------------------------- */
@@ -430,7 +682,16 @@ static int handle_frame(const uint8_t *p, size_t n, const char **why)
         case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_SIGNAL:
                 e = find_exec(f->exec_id);
                 if (e)
-                        exec_signal(e, f->signal->signo);
+                        exec_signal(e, f->signal->signo, f->signal->foreground);
+                break;
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_STDIN:
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_CLOSE_STDIN:
+        case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_RESIZE:
+                e = find_exec(f->exec_id);
+                if (e && exec_input_frame(e, f, why) < 0) {
+                        spawn_agent_frame_free(f);
+                        return -1;
+                }
                 break;
         case COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_CREDIT:
                 e = find_exec(f->exec_id);
@@ -735,9 +996,9 @@ enum {
 
 static void serve(void)
 {
-        static struct pollfd p[SLOT_FIXED + 3 * SPAWNER_MAX_EXECS];
-        static exec *owner[SLOT_FIXED + 3 * SPAWNER_MAX_EXECS];
-        static int what[SLOT_FIXED + 3 * SPAWNER_MAX_EXECS];
+        static struct pollfd p[SLOT_FIXED + 4 * SPAWNER_MAX_EXECS];
+        static exec *owner[SLOT_FIXED + 4 * SPAWNER_MAX_EXECS];
+        static int what[SLOT_FIXED + 4 * SPAWNER_MAX_EXECS];
 
         for (;;) {
                 int64_t now = init_now_ms(), timeout = -1;
@@ -755,6 +1016,11 @@ static void serve(void)
                                 p[n] = (struct pollfd){ .fd = e->ctl, .events = POLLIN };
                                 owner[n] = e;
                                 what[n++] = -1;
+                        }
+                        if (e->in_fd >= 0 && e->in_len > e->in_off) {
+                                p[n] = (struct pollfd){ .fd = e->in_fd, .events = POLLOUT };
+                                owner[n] = e;
+                                what[n++] = 2;
                         }
                         for (int s = 0; s < 2; s++) {
                                 short ev;
@@ -812,6 +1078,8 @@ static void serve(void)
                                 continue;
                         if (what[i] < 0)
                                 exec_ctl(e, now);
+                        else if (what[i] == 2 && e->in_fd == p[i].fd)
+                                exec_input_write(e);
                         else if (e->out[what[i]] == p[i].fd && e->credit == 0)
                                 exec_pipe_hup(e, what[i]);
                         else if (e->out[what[i]] == p[i].fd)

@@ -156,6 +156,22 @@ class AccessLogTest(unittest.TestCase):
         self.assertTrue(done.timed_out)
         line = self.access(rid, "ExecCommand")
         self.assertEqual((line["outcome"], line["exit_code"]), ("timed_out", -1))
+        # An ExecSession's line has its exit and usage as ExecCommand's has.
+        rid = self.rid()
+        pb = c.pb
+        session = c.channel.stream_stream(CS + "ExecSession",
+                                          request_serializer=pb.ExecSessionRequest.SerializeToString,
+                                          response_deserializer=pb.ExecEvent.FromString)
+        start = pb.ExecSessionRequest(start=pb.ExecSessionStart(command=pb.ExecCommandRequest(
+            sandbox_id=sid, command="sh", args=["-c", "cat; exit 4"])))
+        events = list(session(iter([start, pb.ExecSessionRequest(stdin=b"x"),
+                                    pb.ExecSessionRequest(close_stdin=True)]),
+                              timeout=300, metadata=self.md(rid)))
+        self.assertEqual(events[-1].completed.exit_code, 4)
+        line = self.access(rid, "ExecSession")
+        self.assertEqual((line["code"], line["tenant"], line["sandbox_id"]), ("OK", tenant, sid))
+        self.assertEqual((line["exit_code"], line["outcome"]), (4, "exited"))
+        self.assertEqual(line["cpu_ms"], events[-1].completed.usage.cpu_ms)
         # The call's own deadline: DEADLINE_EXCEEDED, the tenant still named.
         rid = self.rid()
         req = c.pb.ExecCommandRequest(sandbox_id=sid, command="sleep", args=["30"])

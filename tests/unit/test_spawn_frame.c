@@ -491,6 +491,86 @@ static void test_spawner_checks(void **state)
         spawner_refused(&f, "exited.start_error too long or not UTF-8");
 }
 
+/* The interactive execs' frames (ExecSession): their ranges, both ways, and a round trip. */
+static void test_input_frames(void **state)
+{
+        (void)state;
+        static uint8_t data[SPAWN_MAX_DATA + 1];
+        char *argv[] = { "sh" };
+        Compute__Spawner__V1__Start s = COMPUTE__SPAWNER__V1__START__INIT;
+        Compute__Spawner__V1__Stdin in = COMPUTE__SPAWNER__V1__STDIN__INIT;
+        Compute__Spawner__V1__CloseStdin cl = COMPUTE__SPAWNER__V1__CLOSE_STDIN__INIT;
+        Compute__Spawner__V1__Resize rs = COMPUTE__SPAWNER__V1__RESIZE__INIT;
+        Compute__Spawner__V1__StdinCredit sc = COMPUTE__SPAWNER__V1__STDIN_CREDIT__INIT;
+        AF f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
+        SF g = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__INIT;
+        AF *back;
+
+        f.exec_id = 7;
+        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_START;
+        f.start = &s;
+        s.n_argv = 1;
+        s.argv = argv;
+        s.cwd = "/";
+        s.credit = 1;
+        s.stdin = true;
+        assert_null(spawn_check_agent(&f));
+        s.rows = 24;
+        s.cols = 80;
+        agent_refused(&f, "start.rows/cols without tty");
+        s.tty = true;
+        assert_null(spawn_check_agent(&f));
+        back = agent_round_trip(&f);
+        assert_true(back->start->tty && back->start->stdin);
+        assert_int_equal(back->start->rows, 24);
+        assert_int_equal(back->start->cols, 80);
+        spawn_agent_frame_free(back);
+        s.cols = SPAWN_MAX_TTY_DIM + 1;
+        agent_refused(&f, "start.rows/cols above their cap");
+
+        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_STDIN;
+        f.stdin = &in;
+        agent_refused(&f, "stdin.data empty or above 64 KiB");
+        in.data = (ProtobufCBinaryData){ .len = SPAWN_MAX_DATA, .data = data };
+        assert_null(spawn_check_agent(&f));
+        back = agent_round_trip(&f);
+        assert_int_equal(back->stdin->data.len, SPAWN_MAX_DATA);
+        spawn_agent_frame_free(back);
+        in.data.len = SPAWN_MAX_DATA + 1;
+        agent_refused(&f, "stdin.data empty or above 64 KiB");
+
+        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_CLOSE_STDIN;
+        f.close_stdin = &cl;
+        assert_null(spawn_check_agent(&f));
+        back = agent_round_trip(&f);
+        assert_int_equal(back->kind_case, COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_CLOSE_STDIN);
+        spawn_agent_frame_free(back);
+        f.exec_id = 0;
+        agent_refused(&f, "exec frame without an exec_id");
+        f.exec_id = 7;
+
+        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_RESIZE;
+        f.resize = &rs;
+        agent_refused(&f, "resize rows/cols outside 1..4096");
+        rs.rows = 1;
+        rs.cols = SPAWN_MAX_TTY_DIM;
+        assert_null(spawn_check_agent(&f));
+        rs.rows = SPAWN_MAX_TTY_DIM + 1;
+        agent_refused(&f, "resize rows/cols outside 1..4096");
+
+        g.exec_id = 7;
+        g.kind_case = COMPUTE__SPAWNER__V1__SPAWNER_FRAME__KIND_STDIN_CREDIT;
+        g.stdin_credit = &sc;
+        spawner_refused(&g, "stdin_credit.bytes outside 1..256 KiB");
+        sc.bytes = SPAWN_STDIN_WINDOW;
+        assert_null(spawn_check_spawner(&g));
+        sc.bytes = SPAWN_STDIN_WINDOW + 1;
+        spawner_refused(&g, "stdin_credit.bytes outside 1..256 KiB");
+        sc.bytes = 1;
+        g.exec_id = 0;
+        spawner_refused(&g, "exec frame without an exec_id");
+}
+
 static void test_decode_garbage_and_size(void **state)
 {
         (void)state;
@@ -770,6 +850,7 @@ int main(void)
                 cmocka_unit_test(test_spawner_round_trips),
                 cmocka_unit_test(test_agent_checks),
                 cmocka_unit_test(test_spawner_checks),
+                cmocka_unit_test(test_input_frames),
                 cmocka_unit_test(test_decode_garbage_and_size),
                 cmocka_unit_test(test_unknown_fields_refused),
                 cmocka_unit_test(test_encode_refuses_oversize),
