@@ -97,6 +97,20 @@ static int parse_one(const cli_command *cmd, int argc, char **argv, int *i, cli_
                         return cli_usage_error(cmd, "unknown option '%s'", arg);
                 inline_value = arg[2] != '\0';
                 value = inline_value ? arg + 2 : NULL;
+                if (inline_value && !o->metavar && find_short(cmd, arg[1]) == o) {
+                        /* The command's flags bundled as with getopt: -it is -i -t. */
+                        for (const char *c = arg + 1; *c; c++) {
+                                const cli_option *b = find_short(cmd, *c);
+                                int r;
+
+                                if (!b || b->metavar)
+                                        return cli_usage_error(cmd, "unknown option '%s'", arg);
+                                r = fn(state, b->id, NULL);
+                                if (r != 0)
+                                        return r;
+                        }
+                        return 0;
+                }
                 if (inline_value && !o->metavar)
                         return cli_usage_error(cmd, "unknown option '%s'", arg);
         }

@@ -3,13 +3,22 @@
  * Each stdout/stderr chunk is written to our fd 1/2 with write(2) the moment it arrives (no
  * stdio buffering in between), so interleaving and progress output look as they would locally.
  * The exit status is the remote command's (see exec_exit_status). SIGINT and SIGTERM cancel
- * the call, which makes the server send SIGTERM to the remote process (SIGKILL 10 s later). */
+ * the call, which makes the server send SIGTERM to the remote process (SIGKILL 10 s later).
+ *
+ * With -i or -t the command runs through ExecSession instead: a thread forwards our stdin (and,
+ * with -t, the terminal's size on SIGWINCH) while the main thread writes the events; with -t
+ * our terminal is in raw mode for the session (restored on every way out), so Ctrl-C and the
+ * other keys reach the remote terminal as input, as with `docker exec -it`. */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -22,11 +31,15 @@
 #define EXEC_SERVER_CAP_S     600
 #define EXEC_DEADLINE_SLACK_S 120
 #define EXEC_TIMEOUT_MAX_S    (24 * 3600)
+/* stdin is forwarded in chunks of at most this (the server takes up to 64 KiB per message). */
+#define EXEC_STDIN_CHUNK (64 * 1024)
 
 enum {
         EXEC_ENV = 1,
         EXEC_CWD,
         EXEC_TIMEOUT,
+        EXEC_STDIN,
+        EXEC_TTY,
 };
 
 static const cli_option exec_options[] = {
@@ -37,6 +50,12 @@ static const cli_option exec_options[] = {
         { EXEC_TIMEOUT, "timeout", 0, "SECONDS",
           "Timeout of the command (s, m or h suffix allowed); the server caps it at 600 s, "
           "which is also the default. On expiry: exit status 124." },
+        { EXEC_STDIN, "stdin", 'i', NULL,
+          "Forward stdin to the command (EOF on stdin closes the command's stdin)." },
+        { EXEC_TTY, "tty", 't', NULL,
+          "Run the command under a terminal, sized as ours and resized with it; with -i our "
+          "terminal is in raw mode meanwhile (Ctrl-C reaches the remote program as a key). "
+          "stdin must be a terminal." },
 };
 
 typedef struct exec_state {
@@ -46,6 +65,7 @@ typedef struct exec_state {
         size_t n_env;
         const char *cwd;
         uint64_t timeout_s; /* 0: the server's default */
+        bool stdin, tty;
 } exec_state;
 
 static void exec_state_free(exec_state *s)
@@ -105,6 +125,12 @@ static int on_exec_option(void *state, int id, const char *value)
         case EXEC_TIMEOUT:
                 return cli_parse_seconds(s->cmd, "--timeout", value, EXEC_TIMEOUT_MAX_S,
                                          &s->timeout_s);
+        case EXEC_STDIN:
+                s->stdin = true;
+                return 0;
+        case EXEC_TTY:
+                s->tty = true;
+                return 0;
         }
         return cli_usage_error(s->cmd, "internal error: option %d", id);
 }
@@ -303,10 +329,210 @@ static int exec_run(cli_ctx *ctx, const Compute__V1__ExecCommandRequest *req, in
         return cli_fail(err);
 }
 
-/* Whether our stdin holds input that exec does not forward (there is no -i yet: that needs
- * the ExecSession call). Asked without reading or blocking: a regular file with bytes left, or
- * a pipe or socket with bytes waiting. A terminal, /dev/null, an empty file or an empty pipe
- * says nothing: scripts and CI jobs with an idle stdin get no noise. */
+/* --- -i and -t: ExecSession ------------------------------------------------------------ */
+
+/* Our terminal's settings while a -it session has it in raw mode (restored by atexit too, so
+ * that no way out leaves the user's shell without echo). */
+static struct termios saved_termios;
+static bool termios_saved;
+
+static void terminal_restore(void)
+{
+        if (termios_saved) {
+                (void)tcsetattr(STDIN_FILENO, TCSADRAIN, &saved_termios);
+                termios_saved = false;
+        }
+}
+
+static int terminal_raw(void)
+{
+        struct termios raw;
+
+        if (tcgetattr(STDIN_FILENO, &saved_termios) < 0)
+                return -1;
+        termios_saved = true;
+        atexit(terminal_restore);
+        raw = saved_termios;
+        cfmakeraw(&raw);
+        return tcsetattr(STDIN_FILENO, TCSADRAIN, &raw);
+}
+
+/* Our terminal's size (stdin's, else stdout's); false when neither is a terminal. */
+static bool terminal_size(Compute__V1__TerminalSize *ret)
+{
+        struct winsize ws = { 0 };
+
+        if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) < 0 && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) < 0)
+                return false;
+        if (ws.ws_row == 0 || ws.ws_col == 0)
+                return false;
+        ret->rows = ws.ws_row;
+        ret->cols = ws.ws_col;
+        return true;
+}
+
+/* SIGWINCH, to the input thread through a pipe (write(2) is async-signal-safe). */
+static int winch_fd = -1;
+
+static void on_winch(int signo)
+{
+        int saved = errno;
+
+        (void)signo;
+        if (winch_fd >= 0)
+                (void)!write(winch_fd, "w", 1);
+        errno = saved;
+}
+
+typedef struct session_input {
+        rpc_stream *st;
+        bool forward_stdin, tty;
+        int wake[2]; /* [0] polled by the thread: 'w' resize, 'q' quit */
+        pthread_t thread;
+} session_input;
+
+static int session_send(session_input *in, Compute__V1__ExecSessionRequest *req)
+{
+        _cleanup_error_ cs_error *err = NULL;
+
+        /* A failure means the call ended: its status comes to the reading side. */
+        return rpc_stream_send(in->st, &req->base, &err);
+}
+
+static void *session_input_main(void *arg)
+{
+        session_input *in = arg;
+        uint8_t *buf = cs_xmalloc(EXEC_STDIN_CHUNK);
+        bool stdin_open = in->forward_stdin;
+
+        for (;;) {
+                struct pollfd p[2] = { { .fd = in->wake[0], .events = POLLIN },
+                                       { .fd = stdin_open ? STDIN_FILENO : -1, .events = POLLIN } };
+                Compute__V1__ExecSessionRequest req = COMPUTE__V1__EXEC_SESSION_REQUEST__INIT;
+                Compute__V1__TerminalSize size = COMPUTE__V1__TERMINAL_SIZE__INIT;
+                ssize_t n;
+                char c;
+
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (p[0].revents) {
+                        if (read(in->wake[0], &c, 1) != 1 || c == 'q')
+                                break;
+                        if (in->tty && terminal_size(&size)) {
+                                req.kind_case = COMPUTE__V1__EXEC_SESSION_REQUEST__KIND_RESIZE;
+                                req.resize = &size;
+                                if (session_send(in, &req) < 0)
+                                        break;
+                        }
+                        continue;
+                }
+                if (!p[1].revents)
+                        continue;
+                n = read(STDIN_FILENO, buf, EXEC_STDIN_CHUNK);
+                if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (n <= 0) {
+                        /* EOF (or an unreadable stdin): the command's stdin ends. */
+                        stdin_open = false;
+                        req.kind_case = COMPUTE__V1__EXEC_SESSION_REQUEST__KIND_CLOSE_STDIN;
+                        req.close_stdin = true;
+                } else {
+                        req.kind_case = COMPUTE__V1__EXEC_SESSION_REQUEST__KIND_STDIN;
+                        req.stdin = (ProtobufCBinaryData){ .len = (size_t)n, .data = buf };
+                }
+                if (session_send(in, &req) < 0)
+                        break;
+        }
+        free(buf);
+        return NULL;
+}
+
+static int session_run(cli_ctx *ctx, Compute__V1__ExecCommandRequest *cmd, const exec_state *s,
+                       int64_t timeout_s)
+{
+        rpc_call_options opts = { .timeout_ms = (timeout_s + EXEC_DEADLINE_SLACK_S) * 1000 };
+        Compute__V1__ExecSessionRequest first = COMPUTE__V1__EXEC_SESSION_REQUEST__INIT;
+        Compute__V1__ExecSessionStart start = COMPUTE__V1__EXEC_SESSION_START__INIT;
+        Compute__V1__TerminalSize size = COMPUTE__V1__TERMINAL_SIZE__INIT;
+        session_input in = { .forward_stdin = s->stdin, .tty = s->tty, .wake = { -1, -1 } };
+        struct sigaction sa = { .sa_handler = on_winch, .sa_flags = SA_RESTART };
+        _cleanup_error_ cs_error *err = NULL;
+        exec_outcome out = { 0 };
+        bool thread = false;
+        int r, werr = 0, signo;
+
+        start.command = cmd;
+        start.tty = s->tty;
+        if (s->tty && terminal_size(&size))
+                start.size = &size;
+        first.kind_case = COMPUTE__V1__EXEC_SESSION_REQUEST__KIND_START;
+        first.start = &start;
+        if (pipe2(in.wake, O_CLOEXEC) < 0) {
+                cs_error_errno(&err, errno, "pipe");
+                return cli_fail(err);
+        }
+        cli_signals_defer(true);
+        r = rpc_stream_open_bidi(cli_channel(ctx), CLI_METHOD("ExecSession"),
+                                 &compute__v1__exec_event__descriptor, &opts, &in.st, &err);
+        if (r == 0)
+                r = rpc_stream_send(in.st, &first.base, &err);
+        if (r < 0) {
+                rpc_stream_free(in.st);
+                close(in.wake[0]);
+                close(in.wake[1]);
+                return cli_fail(err);
+        }
+        cli_signals_set_stream(in.st);
+        if (s->tty) {
+                winch_fd = in.wake[1];
+                sigemptyset(&sa.sa_mask);
+                sigaction(SIGWINCH, &sa, NULL);
+        }
+        if (s->tty && s->stdin && terminal_raw() < 0)
+                r = cs_error_errno(&err, errno, "stdin: raw mode");
+        else if (!(thread = pthread_create(&in.thread, NULL, session_input_main, &in) == 0))
+                r = cs_error_set(&err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                 "cannot start the input thread");
+        else
+                r = exec_pump(ctx, in.st, &out, &werr, &err);
+        terminal_restore();
+        signal(SIGWINCH, SIG_DFL);
+        winch_fd = -1;
+        cli_signals_set_stream(NULL);
+        /* The thread may be blocked in a send the server holds back: cancelling the call
+         * (ended already, or now) fails that send. */
+        rpc_stream_cancel(in.st);
+        (void)!write(in.wake[1], "q", 1);
+        if (thread)
+                pthread_join(in.thread, NULL);
+        rpc_stream_free(in.st);
+        close(in.wake[0]);
+        close(in.wake[1]);
+
+        if (r == -2) {
+                if (werr == EPIPE)
+                        return CLI_EXIT_SIGPIPE;
+                cs_error_errno(&err, werr, "stdout");
+                return cli_fail(err);
+        }
+        signo = cli_signals_received();
+        if (signo && !out.done)
+                return exec_interrupted(ctx, signo);
+        if (out.done)
+                return exec_exit_status(&out);
+        if (r == 0)
+                cs_error_set(&err, GRPC_STATUS_INTERNAL,
+                             "the session ended without an ExecCompleted event");
+        return cli_fail(err);
+}
+
+/* Whether our stdin holds input that exec without -i does not forward. Asked without reading or
+ * blocking: a regular file with bytes left, or a pipe or socket with bytes waiting. A terminal,
+ * /dev/null, an empty file or an empty pipe says nothing: scripts and CI jobs with an idle stdin
+ * get no noise. */
 static bool stdin_has_input(void)
 {
         struct stat st;
@@ -331,8 +557,8 @@ static void warn_stdin(bool *warned)
         if (*warned || !stdin_has_input())
                 return;
         *warned = true;
-        fprintf(stderr, CLI_NAME ": exec: stdin is not forwarded to the remote command (there is "
-                                 "no -i yet): its input is ignored\n");
+        fprintf(stderr, CLI_NAME ": exec: stdin is not forwarded to the remote command without "
+                                 "-i: its input is ignored\n");
 }
 
 static int run_exec(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
@@ -379,6 +605,16 @@ static int run_exec(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
                 if (s.timeout_s < EXEC_SERVER_CAP_S)
                         budget_s = (int64_t)s.timeout_s;
         }
+        if (s.tty && s.stdin && !isatty(STDIN_FILENO)) {
+                cli_usage_error(cmd, "-t with -i needs stdin to be a terminal (use -i alone)");
+                exec_state_free(&s);
+                return CLI_EXIT_USAGE;
+        }
+        if (s.stdin || s.tty) {
+                r = session_run(ctx, &req, &s, budget_s);
+                exec_state_free(&s);
+                return r;
+        }
         warn_stdin(&warned);
         r = exec_run(ctx, &req, budget_s);
         warn_stdin(&warned);
@@ -392,9 +628,11 @@ const cli_command cli_cmd_exec = {
         .summary = "Run a command in a sandbox, streaming its stdout and stderr.",
         .details =
                 "Options go before ID; everything after ID (and an optional '--') is the remote\n"
-                "command line, passed as is. stdin is not forwarded (there is no -i yet): when\n"
-                "it holds input (a file, or a pipe with data) a warning says so on stderr. The\n"
-                "command's stdout and stderr are written to ours as they arrive.\n"
+                "command line, passed as is. The command's stdout and stderr are written to\n"
+                "ours as they arrive. Without -i stdin is not forwarded: when it holds input\n"
+                "(a file, or a pipe with data) a warning says so on stderr. -i forwards it\n"
+                "(ExecSession); -t runs the command under a terminal, and -it makes ours raw\n"
+                "for the session, as docker exec -it and kubectl exec -it do.\n"
                 "\n"
                 "Exit status: the remote command's (0-255): 127 when it was not found, 126\n"
                 "when it could not be executed (the server says why on stderr, as a shell\n"

@@ -22,8 +22,8 @@ CS_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 # pip, setuptools and wheel: clients.python_sdk installs the Python SDK offline
 # (pip install --no-build-isolation ./clients/python).
 # zsh and man-db: integration.computectl checks `computectl completion zsh` with zsh and
-# renders the man page with `man -l`.
-CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel zsh man-db)
+# renders the man page with `man -l`; tmux: it drives `computectl exec -it` as a person would.
+CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel zsh man-db tmux)
 
 # runsc comes from Debian 13 (trixie): Debian 12's (2022-12) fails statx inside the sandbox
 # (`ls -l` gets EINVAL) and runs on the slow ptrace platform. Debian 13's is one static binary

@@ -4,6 +4,7 @@ loopback ports with temporary state.
 
 Usage: test_computectl.py BUILD_DIR [unittest args]    (as root; /usr/bin/python3)"""
 import base64
+import hashlib
 import json
 import os
 import pty
@@ -478,7 +479,7 @@ class ComputectlTest(ServiceTestCase):
             self.assertEqual(c("list", "--"), {"--help", "--tenant", "--status", "--limit",
                                                "--page-size", "--addr", "--json", "--timeout"} | tls)
             self.assertEqual(c("describe", "--json", "--t"), {"--timeout"} | tls, shell)
-            self.assertEqual(c("exec", "--t"), {"--timeout"} | tls, shell)  # exec's own, once
+            self.assertEqual(c("exec", "--t"), {"--timeout", "--tty"} | tls, shell)  # exec's own, once
             self.assertEqual(c("exec", "-e", ""), set(), shell)
             # After exec's ID, the words are the remote command's.
             self.assertEqual(c("exec", "SB", "--"), set(), shell)
@@ -794,6 +795,86 @@ class ComputectlTest(ServiceTestCase):
         self.assertEqual(p.stdout, b"term\n", self.explain(p))
         p = self.ok("cp", f"{sid}:t", "-")
         self.assertEqual(p.stdout, b"term\n")
+        self.ok("destroy", sid)
+
+    def test_exec_stdin(self):
+        """exec -i forwards stdin (ExecSession): data, EOF, 2 MiB whole, the exit status."""
+        sid = self.create()
+        p = self.ctl("exec", "-i", sid, "--", "cat", input=b"hello\nworld\n")
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (0, b"hello\nworld\n", b""),
+                         self.explain(p))
+        p = self.ctl("exec", "-i", sid, "--", "sh", "-c", "read x; exit $x", input=b"7\n")
+        self.assertEqual(p.returncode, 7, self.explain(p))
+        data = os.urandom(2 * MIB)
+        p = self.ctl("exec", "-i", sid, "--", "sha256sum", input=data)
+        self.assertEqual(p.returncode, 0, self.explain(p))
+        self.assertEqual(p.stdout.split()[0].decode(), hashlib.sha256(data).hexdigest())
+        # An empty stdin is an immediate EOF.
+        p = self.ctl("exec", "-i", sid, "--", "wc", "-c", stdin=subprocess.DEVNULL)
+        self.assertEqual((p.returncode, p.stdout.strip()), (0, b"0"), self.explain(p))
+        # -it needs a terminal on stdin.
+        p = self.ctl("exec", "-it", sid, "--", "true", input=b"")
+        self.assertEqual(p.returncode, 125, self.explain(p))
+        self.assertIn(b"needs stdin to be a terminal", p.stderr)
+        self.ok("destroy", sid)
+
+    def test_exec_it_in_tmux(self):
+        """computectl exec -it as a person uses it: a shell in a tmux pane, typed into
+        (send-keys) and read (capture-pane): its terminal and size, a resize, Ctrl-C ending a
+        foreground sleep but not the shell, the exit status, our terminal restored."""
+        self.assertIsNotNone(shutil.which("tmux"), "tmux is missing (scripts/lib.sh installs it)")
+        sid = self.create()
+        sock = os.path.join(self.tmp, "tmux.sock")
+
+        def tmux(*a):
+            return subprocess.run(["tmux", "-S", sock, *a], capture_output=True, text=True,
+                                  timeout=30)
+        _cleanups.append(lambda: tmux("kill-server"))
+
+        def screen():
+            return tmux("capture-pane", "-p", "-J", "-S", "-500").stdout
+
+        def wait_for(needle, timeout=60):
+            deadline = time.monotonic() + timeout
+            while needle not in screen():
+                if time.monotonic() > deadline:
+                    self.fail(f"{needle!r} never shown; the pane:\n{screen()}\n"
+                              f"--- frontend log ---\n{self.frontend.log()[-3000:]}")
+                time.sleep(0.1)
+
+        def keys(*k):
+            tmux("send-keys", *k)
+
+        def pane_size():
+            return tmux("display", "-p", "#{pane_height} #{pane_width}").stdout.strip()
+
+        cmd = (f"{CTL} --addr {self.frontend.address} exec -it {sid} -- bash --norc; "
+               "echo EXITED=$?; stty -a; sleep 600")
+        r = tmux("new-session", "-d", "-x", "100", "-y", "30", "sh", "-c", cmd)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        keys("echo READY-$((40+2))", "Enter")
+        wait_for("READY-42")
+        keys("stty size; tty; echo TERM=$TERM", "Enter")
+        wait_for("TERM=xterm")
+        out = screen()
+        self.assertIn(pane_size(), out)
+        self.assertIn("/dev/pts/", out)
+        tmux("resize-window", "-x", "120", "-y", "40")
+        size = pane_size()
+        self.assertTrue(size.endswith(" 120"), size)
+        keys("clear; stty size", "Enter")
+        wait_for(size)
+        # Ctrl-C typed ends the foreground sleep, not the shell.
+        keys("sleep 300", "Enter")
+        time.sleep(1)
+        keys("C-c")
+        keys("echo ALIVE-$((1+1))", "Enter")
+        wait_for("ALIVE-2", timeout=30)
+        keys("exit 3", "Enter")
+        wait_for("EXITED=3")
+        after = screen().split("EXITED=3", 1)[1]
+        self.assertRegex(after, r"(?<![-\w])icanon", "our terminal left in raw mode")
+        self.assertRegex(after, r"(?<![-\w])echo\b", "our terminal left without echo")
         self.ok("destroy", sid)
 
 
