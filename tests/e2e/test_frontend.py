@@ -238,6 +238,32 @@ class FrontendTest(unittest.TestCase):
         self.assertEqual(done.exit_code, -1)
         self.assertEqual(events[-1].WhichOneof("event"), "completed")
 
+    def test_exec_session(self):
+        """ExecSession in this mode (the full suite is e2e.exec_session): stdin and its EOF,
+        and a terminal's name and size."""
+        c, pb = self.c, self.c.pb
+        session = c.channel.stream_stream("/compute.v1.ComputeService/ExecSession",
+                                          request_serializer=pb.ExecSessionRequest.SerializeToString,
+                                          response_deserializer=pb.ExecEvent.FromString)
+
+        def run(start, *more):
+            events = list(session(iter([pb.ExecSessionRequest(start=start), *more]), timeout=120))
+            out = b"".join(e.stdout.data for e in events if e.WhichOneof("event") == "stdout")
+            self.assertEqual(events[-1].WhichOneof("event"), "completed")
+            return out, events[-1].completed
+
+        out, done = run(pb.ExecSessionStart(command=pb.ExecCommandRequest(
+            sandbox_id=self.sid, command="sh", args=["-c", "cat; echo end"])),
+            pb.ExecSessionRequest(stdin=b"one\n"), pb.ExecSessionRequest(stdin=b"two\n"),
+            pb.ExecSessionRequest(close_stdin=True))
+        self.assertEqual((out, done.exit_code), (b"one\ntwo\nend\n", 0))
+        out, done = run(pb.ExecSessionStart(
+            command=pb.ExecCommandRequest(sandbox_id=self.sid, command="sh",
+                                          args=["-c", "tty; stty size"]),
+            tty=True, size=pb.TerminalSize(rows=33, cols=101)))
+        self.assertEqual(done.exit_code, 0, out)
+        self.assertRegex(out, rb"^/dev/pts/\d+\r\n33 101\r\n$")
+
     def test_cancel_reaches_the_sandbox(self):
         c = self.c
         call = c.ExecStream(c.pb.ExecCommandRequest(sandbox_id=self.sid, command="sh", args=[
