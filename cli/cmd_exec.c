@@ -295,13 +295,35 @@ static int exec_interrupted(const cli_ctx *ctx, int signo)
         return CLI_EXIT_CANCELLED;
 }
 
+/* computectl's exit status once exec_pump() returned r (werr: its write error). */
+static int exec_status(const cli_ctx *ctx, int r, int werr, const exec_outcome *out, cs_error **err)
+{
+        int signo;
+
+        if (r == -2) {
+                if (werr == EPIPE)
+                        return CLI_EXIT_SIGPIPE; /* as if SIGPIPE had killed us, quietly */
+                cs_error_errno(err, werr, "stdout");
+                return cli_fail(*err);
+        }
+        signo = cli_signals_received();
+        if (signo && !out->done)
+                return exec_interrupted(ctx, signo);
+        if (out->done)
+                return exec_exit_status(out);
+        if (r == 0)
+                cs_error_set(err, GRPC_STATUS_INTERNAL,
+                             "the exec stream ended without an ExecCompleted event");
+        return cli_fail(*err);
+}
+
 static int exec_run(cli_ctx *ctx, const Compute__V1__ExecCommandRequest *req, int64_t timeout_s)
 {
         rpc_call_options opts = { .timeout_ms = (timeout_s + EXEC_DEADLINE_SLACK_S) * 1000 };
         _cleanup_error_ cs_error *err = NULL;
         exec_outcome out = { 0 };
         rpc_stream *st = NULL;
-        int r, werr = 0, signo;
+        int r, werr = 0;
 
         cli_signals_defer(true);
         if (rpc_stream_open(cli_channel(ctx), CLI_METHOD("ExecCommand"), &req->base,
@@ -312,21 +334,7 @@ static int exec_run(cli_ctx *ctx, const Compute__V1__ExecCommandRequest *req, in
         cli_signals_set_stream(NULL);
         rpc_stream_free(st);
 
-        if (r == -2) {
-                if (werr == EPIPE)
-                        return CLI_EXIT_SIGPIPE; /* as if SIGPIPE had killed us, quietly */
-                cs_error_errno(&err, werr, "stdout");
-                return cli_fail(err);
-        }
-        signo = cli_signals_received();
-        if (signo && !out.done)
-                return exec_interrupted(ctx, signo);
-        if (out.done)
-                return exec_exit_status(&out);
-        if (r == 0)
-                cs_error_set(&err, GRPC_STATUS_INTERNAL,
-                             "the exec stream ended without an ExecCompleted event");
-        return cli_fail(err);
+        return exec_status(ctx, r, werr, &out, &err);
 }
 
 /* --- -i and -t: ExecSession ------------------------------------------------------------ */
@@ -462,7 +470,7 @@ static int session_run(cli_ctx *ctx, Compute__V1__ExecCommandRequest *cmd, const
         _cleanup_error_ cs_error *err = NULL;
         exec_outcome out = { 0 };
         bool thread = false;
-        int r, werr = 0, signo;
+        int r, werr = 0;
 
         start.command = cmd;
         start.tty = s->tty;
@@ -512,21 +520,7 @@ static int session_run(cli_ctx *ctx, Compute__V1__ExecCommandRequest *cmd, const
         close(in.wake[0]);
         close(in.wake[1]);
 
-        if (r == -2) {
-                if (werr == EPIPE)
-                        return CLI_EXIT_SIGPIPE;
-                cs_error_errno(&err, werr, "stdout");
-                return cli_fail(err);
-        }
-        signo = cli_signals_received();
-        if (signo && !out.done)
-                return exec_interrupted(ctx, signo);
-        if (out.done)
-                return exec_exit_status(&out);
-        if (r == 0)
-                cs_error_set(&err, GRPC_STATUS_INTERNAL,
-                             "the session ended without an ExecCompleted event");
-        return cli_fail(err);
+        return exec_status(ctx, r, werr, &out, &err);
 }
 
 /* Whether our stdin holds input that exec without -i does not forward. Asked without reading or
