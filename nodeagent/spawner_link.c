@@ -1062,7 +1062,9 @@ int spawn_exec_credit(spawn_exec *e, uint32_t bytes, cs_error **err)
         return link_write(e->l, &f, &sent, err);
 }
 
-int spawn_exec_signal(spawn_exec *e, int signo, cs_error **err)
+/* A Signal frame: to the exec's whole tree, or (foreground, a terminal's exec) to its
+ * terminal's foreground process group. */
+static int exec_send_signal(spawn_exec *e, int signo, bool foreground, cs_error **err)
 {
         Compute__Spawner__V1__Signal s = COMPUTE__SPAWNER__V1__SIGNAL__INIT;
         spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
@@ -1071,26 +1073,21 @@ int spawn_exec_signal(spawn_exec *e, int signo, cs_error **err)
         if (spawn_exec_done(e))
                 return 0;
         s.signo = signo;
+        s.foreground = foreground;
         f.exec_id = e->id;
         f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_SIGNAL;
         f.signal = &s;
         return link_write(e->l, &f, &sent, err);
 }
 
+int spawn_exec_signal(spawn_exec *e, int signo, cs_error **err)
+{
+        return exec_send_signal(e, signo, false, err);
+}
+
 int spawn_exec_signal_fg(spawn_exec *e, int signo, cs_error **err)
 {
-        Compute__Spawner__V1__Signal s = COMPUTE__SPAWNER__V1__SIGNAL__INIT;
-        spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
-        bool sent;
-
-        if (spawn_exec_done(e))
-                return 0;
-        s.signo = signo;
-        s.foreground = e->tty;
-        f.exec_id = e->id;
-        f.kind_case = COMPUTE__SPAWNER__V1__AGENT_FRAME__KIND_SIGNAL;
-        f.signal = &s;
-        return link_write(e->l, &f, &sent, err);
+        return exec_send_signal(e, signo, e->tty, err);
 }
 
 int spawn_exec_stdin(spawn_exec *e, const uint8_t *data, size_t len, cs_error **err)
