@@ -166,6 +166,7 @@ const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FM
 /* A copy of s (malloc'd; "" for NULL) with control characters as '?': text from the server
  * shown on a terminal never carries escape sequences. */
 char *fmt_printable(const char *s);
+void fmt_printable_inplace(char *s); /* the same, in place */
 
 /* "key:" padded to the key column, then the value: describe's and destroy's text lines. */
 void print_kv(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

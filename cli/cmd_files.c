@@ -24,8 +24,8 @@
 
 typedef struct progress {
         bool on;
-        const char *label;
-        int64_t total; /* -1: unknown (a pipe) */
+        char label[256]; /* printable: names may come from the sandbox */
+        int64_t total;   /* -1: unknown (a pipe) */
         uint64_t done;
         int64_t start_ms, last_ms;
 } progress;
@@ -70,7 +70,8 @@ static void progress_start(progress *p, bool enabled, const char *label, int64_t
         const char *slash = strrchr(label, '/');
 
         p->on = enabled && isatty(STDERR_FILENO);
-        p->label = slash && slash[1] ? slash + 1 : label;
+        snprintf(p->label, sizeof(p->label), "%s", slash && slash[1] ? slash + 1 : label);
+        fmt_printable_inplace(p->label);
         p->total = total;
         p->done = 0;
         p->start_ms = cs_now_monotonic_ms();
@@ -1157,7 +1158,10 @@ static void ls_print_text(const Compute__V1__ListFilesResponse *resp)
                         if (localtime_r(&t, &tm))
                                 strftime(when, sizeof(when), "%Y-%m-%d %H:%M", &tm);
                 }
-                printf("%s %*" PRIu64 " %-16s %s%s\n", mode, width, e->size, when, e->path,
+                _cleanup_free_ char *name = fmt_printable(e->path);
+
+                /* A name from the sandbox never reaches the terminal as control codes. */
+                printf("%s %*" PRIu64 " %-16s %s%s\n", mode, width, e->size, when, name,
                        e->is_dir ? "/" : "");
         }
         if (resp->truncated)

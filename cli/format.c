@@ -96,14 +96,22 @@ const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FM
         return buf;
 }
 
+void fmt_printable_inplace(char *s)
+{
+        for (unsigned char *p = (unsigned char *)s; *p; p++) {
+                if (*p < 0x20 || *p == 0x7f)
+                        *p = '?';
+                /* U+0080..U+009F, the C1 controls (U+009B is a CSI to many terminals). */
+                else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+                        p[0] = p[1] = '?';
+        }
+}
+
 char *fmt_printable(const char *s)
 {
         char *out = cs_xstrdup(s ? s : "");
 
-        for (char *p = out; *p; p++) {
-                if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                        *p = '?';
-        }
+        fmt_printable_inplace(out);
         return out;
 }
 

@@ -714,6 +714,35 @@ class ComputectlTest(ServiceTestCase):
         self.assertIn(b"a '..' in the remote path", p.stderr)
         self.ok("destroy", sid)
 
+    def test_sandbox_names_never_reach_the_terminal_as_controls(self):
+        """A file name made in the sandbox with an escape sequence (ESC, and U+009B, a CSI
+        to many terminals) is listed by ls and shown by cp -r's progress without them."""
+        sid = self.create()
+        self.ok("exec", sid, "--", "sh", "-c",
+                "mkdir d && printf x > \"d/$(printf 'a\\033]0;pwned\\007b\\302\\2332J')\"")
+        p = self.ok("ls", sid, "d")
+        self.assertNotIn(b"\x1b", p.stdout)
+        self.assertNotIn(b"\xc2\x9b", p.stdout)
+        self.assertIn(b"a?]0;pwned?b??2J", p.stdout)
+        master, slave = pty.openpty()
+        try:
+            dst = os.path.join(self.tmp, "names")
+            proc = subprocess.Popen([CTL, "--addr", self.frontend.address, "cp", "-r",
+                                     f"{sid}:d", dst], stdout=subprocess.DEVNULL, stderr=slave)
+            os.close(slave)
+            slave = -1
+            out = read_until(master, b"\n", 120)
+            self.assertEqual(proc.wait(timeout=120), 0, out)
+        finally:
+            if slave >= 0:
+                os.close(slave)
+            os.close(master)
+        # The progress line's own "\r\033[K" is the only escape it holds.
+        self.assertNotIn(b"\x1b]", out)
+        self.assertNotIn(b"\xc2\x9b", out)
+        self.assertIn(b"pwned", out)
+        self.ok("destroy", sid)
+
     def test_cp_recursive_refuses_hostile_names(self):
         """A server that lists names with '/' or '..' gets nothing written for them."""
         sys.path.insert(0, os.path.join(BUILD_DIR, "python"))
