@@ -492,14 +492,13 @@ int sandbox_start(sb_registry *reg, sandbox *sb, cs_error **err)
         pthread_t thread;
         pthread_attr_t attr;
 
+        /* An agent killed before the record's first write below leaves a directory without
+         * a record: the next one removes it with what it holds (sandbox_record.c). */
         if (sandbox_mkdir(sb->dir, 0700, err) < 0 || sandbox_mkdir(sb->bundle_dir, 0700, err) < 0 ||
             sandbox_mkdir(sb->workspace_dir, 0755, err) < 0 ||
-            (sb->volume && vol_create(sb->volume_image, sb->workspace_bytes, sb->workspace_dir,
-                                      &start, err) < 0)) {
-                start_abandon(reg, sb, (*err)->msg);
-                sandbox_persist(reg, sb);
-                return -1;
-        }
+            (sb->volume &&
+             vol_create(sb->volume_image, sb->workspace_bytes, sb->workspace_dir, &start, err) < 0))
+                goto fail;
         pthread_mutex_lock(&reg->lock);
         sb->vol_start = start;
         pthread_mutex_unlock(&reg->lock);
@@ -516,6 +515,10 @@ int sandbox_start(sb_registry *reg, sandbox *sb, cs_error **err)
         }
         pthread_attr_destroy(&attr);
         return 0;
+fail:
+        start_abandon(reg, sb, (*err)->msg);
+        sandbox_persist(reg, sb);
+        return -1;
 }
 
 int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_created, cs_error **err)

@@ -351,6 +351,26 @@ static void destroy_strays(sb_registry *reg)
         rt_containers_free(cs, n);
 }
 
+/* A sandbox directory without its record: an agent killed in the middle of a create, before
+ * the record's first write (sandbox_start); CreateSandbox never answered with it. Whatever
+ * the create made goes (its container, if any, with the strays). */
+static bool record_missing(sb_registry *reg, const char *id)
+{
+        _cleanup_free_ char *path = cs_xasprintf("%s/%s/sandbox.json", reg->sandboxes_dir, id);
+        sandbox *sb;
+
+        if (access(path, F_OK) == 0 || errno != ENOENT)
+                return false;
+        sb = cs_xcalloc(1, sizeof(*sb));
+        snprintf(sb->id, sizeof(sb->id), "%.*s", CS_UUID_STRLEN, id);
+        sb->tenant_id = cs_xstrdup("");
+        sb->session_id = cs_xstrdup("");
+        sb->volume = true; /* vol_remove of no volume does nothing */
+        sandbox_paths(reg, sb);
+        sandbox_remove(reg, sb, "removed what a create left without a record");
+        return true;
+}
+
 static int load_records(sb_registry *reg, cs_error **err)
 {
         DIR *d = opendir(reg->sandboxes_dir);
@@ -363,6 +383,8 @@ static int load_records(sb_registry *reg, cs_error **err)
                 sandbox *sb;
 
                 if (!cs_uuid_valid(e->d_name))
+                        continue;
+                if (record_missing(reg, e->d_name))
                         continue;
                 sb = record_load(reg, e->d_name, &bad);
                 if (!sb) {

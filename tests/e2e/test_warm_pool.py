@@ -237,14 +237,23 @@ class WarmPoolTest(unittest.TestCase):
         by = self.sessions_of(self.agent.listed())
         self.assertEqual(sorted(by), sorted(sessions))
         self.assertTrue(all(len(v) == 1 for v in by.values()), by)
-        # The previous life's warm sandboxes are gone; a new pool; nothing else runs.
+        # Each session's sandbox runs, or (a cold create the kill cut short after its record)
+        # is FAILED as any sandbox lost while its agent was down. The previous life's warm
+        # sandboxes are gone; a new pool; nothing else runs.
         self.agent.wait_pool_ready()
-        live = {sb.sandbox_id for sb in self.agent.listed() if sb.status != 4}
+        listed = self.agent.listed()
+        ready = {sb.sandbox_id for sb in listed if sb.status == 2}
+        for sb in listed:
+            if sb.status != 2:
+                self.assertIn("lost while the agent was down", sb.status_message)
         running = self.agent.containers()
-        self.assertTrue({"cs-" + i for i in ids} <= running)
-        self.assertEqual(len(running), len(live) + POOL, (running, live))
-        self.assertEqual(len(self.agent.records()), len(self.agent.listed()) + POOL +
-                         self.agent.pool()[1])
+        self.assertEqual(running - {"cs-" + i for i in ready}, running - {"cs-" + i for i in ids})
+        self.assertEqual({"cs-" + i for i in ready} & running, {"cs-" + i for i in ready})
+        self.assertEqual(len(running), len(ready) + POOL, (running, ready))
+        extra = self.agent.records() - {sb.sandbox_id for sb in self.agent.listed()}
+        extra_log = "\n".join(line for line in self.agent.log().splitlines()
+                               if any(e in line for e in extra))
+        self.assertEqual(len(extra), POOL + self.agent.pool()[1], extra_log)
 
 
 class PoolShutdownTest(unittest.TestCase):
