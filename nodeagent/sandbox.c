@@ -759,8 +759,12 @@ void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why)
                 return;
         }
         pthread_mutex_lock(&reg->lock);
-        if (sb->status == SB_READY || sb->status == SB_STARTING)
+        if (sb->status == SB_READY || sb->status == SB_STARTING) {
                 sandbox_set_failed_locked(reg, sb, why);
+                /* A warm sandbox that died: removed now, not after a grace (nobody's). */
+                if (sb->pool)
+                        sandbox_pool_failed_locked(reg, sb);
+        }
         pthread_mutex_unlock(&reg->lock);
         sandbox_usage_freeze(reg, sb);
         sandbox_persist(reg, sb);

@@ -202,7 +202,8 @@ sandbox *sandbox_pool_take_locked(sb_registry *reg, const sb_spec *spec);
  * max_runtime from now, record written) and fills *ret; t0_ns: monotonic start of the
  * create, for the claim latency. Drops the claim's reference. */
 void sandbox_pool_finish(sb_registry *reg, sandbox *sb, int64_t t0_ns, sb_info *ret);
-/* A warm sandbox failed to start: it goes at once, and the refills back off. Locked. */
+/* A warm sandbox failed (to start, or its container died): it goes at once, and the refills
+ * back off. Locked. */
 void sandbox_pool_failed_locked(sb_registry *reg, sandbox *sb);
 /* Starts the filler thread (cfg.warm_pool > 0) after checking the profile can be made. */
 int sandbox_pool_open(sb_registry *reg, cs_error **err);

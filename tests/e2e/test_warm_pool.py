@@ -195,6 +195,21 @@ class WarmPoolTest(unittest.TestCase):
         c.destroy(ids[0])
         self.assertEqual(self.agent.pool()[0], POOL)
 
+    def test_dead_warm_sandbox_is_replaced_and_removed(self):
+        self.agent.wait_pool_ready()
+        victim = sorted(self.agent.containers())[0]
+        subprocess.run(["runsc", "--root", self.agent.runsc_root, "kill", victim, "KILL"],
+                       check=True, capture_output=True)
+        # Removed with everything it had (not kept for a grace: it was nobody's), replaced.
+        deadline = time.monotonic() + 120
+        while victim[3:] in self.agent.records() | self.agent.workspaces():
+            self.assertLess(time.monotonic(), deadline, self.agent.log()[-3000:])
+            time.sleep(0.2)
+        self.agent.wait_pool_ready()
+        self.assertNotIn(victim, self.agent.containers())
+        self.assertNotIn(victim[3:], self.agent.cgroups())
+        self.assertEqual(len(self.agent.records()), POOL)
+
     def test_frontend_restart_mid_claim(self):
         c = self.c
         self.agent.wait_pool_ready()
