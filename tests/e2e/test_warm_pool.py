@@ -131,7 +131,6 @@ class WarmPoolTest(unittest.TestCase):
         # A warm claim answers READY (a cold create STARTING).
         ready_at_once = sum(r.status == c.pb.SANDBOX_STATUS_READY for r in resps)
         self.assertGreaterEqual(ready_at_once, 1, "no warm claim")
-        self.assertLessEqual(ready_at_once, POOL + 2)  # refills may land meanwhile
         _, _, hits, misses = self.agent.pool()
         self.assertEqual(hits + misses, n)
         self.assertEqual(hits, ready_at_once)
