@@ -181,46 +181,51 @@ static bool want_one_locked(sb_registry *reg, const sb_spec *spec)
 static void *filler_main(void *arg)
 {
         sb_registry *reg = arg;
+        char id[CS_UUID_STRLEN + 1];
+        cs_error *err = NULL;
+        bool need_id = false;
+        sb_spec spec;
 
+        /* Checked once (sandbox_pool_open did too): an image removed later makes the starts
+         * fail, and the refills back off. */
+        if (pool_spec(reg, id, &spec, &err) < 0) {
+                sandbox_log(reg, true, NULL, "warm pool: %s", err->msg);
+                cs_error_free(err);
+                return NULL;
+        }
         pthread_mutex_lock(&reg->lock);
         while (!reg->stopping) {
-                char id[CS_UUID_STRLEN + 1];
-                cs_error *err = NULL;
-                sb_spec spec;
-                sandbox *sb;
                 struct timespec ts;
                 int64_t wake;
 
-                pthread_mutex_unlock(&reg->lock);
-                /* Validated unlocked (the image check reads the disk). */
-                if (pool_spec(reg, id, &spec, &err) < 0) {
-                        sandbox_log(reg, true, NULL, "warm pool: %s", err->msg);
-                        cs_error_freep(&err);
+                if (need_id) {
+                        pthread_mutex_unlock(&reg->lock); /* getrandom: not under the lock */
+                        cs_uuid_generate(id);
                         pthread_mutex_lock(&reg->lock);
-                        reg->pool_retry_at_ms = cs_now_monotonic_ms() + POOL_BACKOFF_MAX;
-                } else {
-                        pthread_mutex_lock(&reg->lock);
-                        if (!reg->stopping && want_one_locked(reg, &spec)) {
-                                sb = sandbox_new_locked(reg, &spec);
-                                sb->pool = true;
-                                sandbox_set_message_locked(sb, "warm");
-                                pthread_mutex_unlock(&reg->lock);
-                                if (sandbox_start(reg, sb, &err) < 0) {
-                                        sandbox_log(reg, true, sb->id,
-                                                    "warm sandbox failed to start: %s", err->msg);
-                                        cs_error_freep(&err);
-                                }
-                                pthread_mutex_lock(&reg->lock);
-                                continue;
+                        need_id = false;
+                        continue;
+                }
+                if (want_one_locked(reg, &spec)) {
+                        sandbox *sb = sandbox_new_locked(reg, &spec);
+
+                        sb->pool = true;
+                        sandbox_set_message_locked(sb, "warm");
+                        need_id = true;
+                        pthread_mutex_unlock(&reg->lock);
+                        if (sandbox_start(reg, sb, &err) < 0) {
+                                sandbox_log(reg, true, sb->id, "warm sandbox failed to start: %s",
+                                            err->msg);
+                                cs_error_freep(&err);
                         }
+                        pthread_mutex_lock(&reg->lock);
+                        continue;
                 }
                 wake = cs_now_monotonic_ms() + POOL_IDLE_CHECK_MS;
                 if (reg->pool_retry_at_ms > cs_now_monotonic_ms() && reg->pool_retry_at_ms < wake)
                         wake = reg->pool_retry_at_ms;
                 ts.tv_sec = wake / 1000;
                 ts.tv_nsec = (wake % 1000) * 1000000;
-                if (!reg->stopping)
-                        pthread_cond_timedwait(&reg->cond, &reg->lock, &ts);
+                pthread_cond_timedwait(&reg->cond, &reg->lock, &ts);
         }
         pthread_mutex_unlock(&reg->lock);
         return NULL;
