@@ -9,6 +9,8 @@
  * phase_conc.c    5. concurrency (throughput, p99, errors, peak RSS)
  * phase_usage.c   6. accounting accuracy
  * phase_resident.c 7. the resident exec path (first byte, a burst of 32 execs)
+ * phase_warm.c    8. the warm pool: CreateSandbox to the first byte, warm claim vs cold
+ *                 (only when asked: --phases warm, against an agent with --warm-pool)
  * svc.c           the compute API through the project's RPC client
  * host.c          the baselines' side: runsc processes, files, cgroups, /proc
  * stats.c         samples and percentiles
@@ -161,6 +163,10 @@ typedef struct svc_exec_result {
  * its id. Retries UNAVAILABLE for a while: the frontend refuses creates until it has reached
  * every node agent once. */
 int svc_create(bench_ctx *b, char ret_id[static 37], cs_error **err);
+/* Like svc_create, with a CPU limit (0: the default) and the status CreateSandbox answered
+ * (ret_status may be NULL). */
+int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], int *ret_status,
+                  cs_error **err);
 /* Polls DescribeSandbox until the sandbox is READY (or fails). */
 int svc_wait_ready(bench_ctx *b, const char *id, cs_error **err);
 int svc_destroy(bench_ctx *b, const char *id, cs_error **err);
@@ -244,3 +250,4 @@ int phase_files(bench_ctx *b, const char *sid, cs_error **err);
 int phase_concurrency(bench_ctx *b, cs_error **err);
 int phase_usage(bench_ctx *b, const char *sid, cs_error **err);
 int phase_resident(bench_ctx *b, const char *sid, cs_error **err);
+int phase_warm(bench_ctx *b, const char *sid, cs_error **err);

@@ -49,7 +49,9 @@ static const cs_option options[] = {
           "Few repetitions and small sizes: checks that everything runs, in about a minute.",
           &opt_quick, 0, 0 },
         { "phases", NULL, CS_OPT_STRING, "exec,cold,stream,files,conc,usage,resident",
-          "Which phases to run, comma-separated (for profiling one of them).", &opt_phases, 0, 0 },
+          "Which phases to run, comma-separated (for profiling one of them). warm (the warm "
+          "pool: against an agent with --warm-pool) runs only when named.",
+          &opt_phases, 0, 0 },
         { "conc-mix", NULL, CS_OPT_STRING, "both",
           "What the concurrency phase's workers do: both (half exec streams, half file calls: "
           "the figures), execs or files (for profiling one of them).",
@@ -261,7 +263,7 @@ static const struct {
 } phases[] = {
         { "exec", phase_exec_rtt },     { "cold", phase_cold_start }, { "stream", phase_stream },
         { "files", phase_files },       { "conc", conc_phase },       { "usage", phase_usage },
-        { "resident", phase_resident },
+        { "resident", phase_resident }, { "warm", phase_warm },
 };
 
 /* The sandbox the phases share; READY when this returns. */

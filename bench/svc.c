@@ -25,13 +25,24 @@ static void sleep_ms(int ms)
 
 int svc_create(bench_ctx *b, char ret_id[static 37], cs_error **err)
 {
+        return svc_create_ex(b, 0, ret_id, NULL, err);
+}
+
+int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], int *ret_status,
+                  cs_error **err)
+{
         char session[CS_UUID_STRLEN + 1];
         Compute__V1__CreateSandboxRequest req = COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
+        Compute__V1__ResourceLimits limits = COMPUTE__V1__RESOURCE_LIMITS__INIT;
         int64_t give_up = cs_now_monotonic_ms() + SVC_UNAVAILABLE_RETRY_MS;
 
         cs_uuid_generate(session);
         req.tenant_id = b->tenant;
         req.session_id = session;
+        if (cpu_millis) {
+                limits.cpu_millis = cpu_millis;
+                req.limits = &limits;
+        }
         for (;;) {
                 ProtobufCMessage *resp = NULL;
                 cs_error *e = NULL;
@@ -41,6 +52,8 @@ int svc_create(bench_ctx *b, char ret_id[static 37], cs_error **err)
                               &e) == 0) {
                         const Compute__V1__CreateSandboxResponse *r = (const void *)resp;
                         snprintf(ret_id, 37, "%s", r->sandbox_id);
+                        if (ret_status)
+                                *ret_status = (int)r->status;
                         protobuf_c_message_free_unpacked(resp, NULL);
                         return 0;
                 }

@@ -223,3 +223,32 @@ void na_metrics_write(cs_mpage *p, source *src)
                                     atomic_load(&file_write_bytes));
         }
 }
+
+void na_metrics_write_pool(cs_mpage *p, sb_registry *reg)
+{
+        sb_pool_stats st;
+        const char *ready[] = { "status", "ready", NULL },
+                   *starting[] = { "status", "starting", NULL };
+        const char *hit[] = { "result", "hit", NULL }, *miss[] = { "result", "miss", NULL };
+
+        if (!reg)
+                return;
+        sb_pool_stats_read(reg, &st);
+        if (!st.target)
+                return;
+        cs_mpage_family(p, "compute_warm_pool_target", "gauge",
+                        "Warm sandboxes the agent keeps (--warm-pool).");
+        cs_mpage_sample_u64(p, "compute_warm_pool_target", NULL, st.target);
+        cs_mpage_family(p, "compute_warm_pool_sandboxes", "gauge",
+                        "Warm sandboxes now, by status (ready: claimable).");
+        cs_mpage_sample_u64(p, "compute_warm_pool_sandboxes", ready, st.ready);
+        cs_mpage_sample_u64(p, "compute_warm_pool_sandboxes", starting, st.starting);
+        cs_mpage_family(p, "compute_warm_pool_claims_total", "counter",
+                        "CreateSandbox calls of the default profile: hit (a warm sandbox "
+                        "claimed), miss (none READY: the cold path).");
+        cs_mpage_sample_u64(p, "compute_warm_pool_claims_total", hit, st.hits);
+        cs_mpage_sample_u64(p, "compute_warm_pool_claims_total", miss, st.misses);
+        cs_mpage_family(p, "compute_warm_pool_claim_seconds", "histogram",
+                        "Time a claim takes in the agent (usage rebase and record included).");
+        cs_mpage_histogram(p, "compute_warm_pool_claim_seconds", NULL, st.claim_seconds);
+}

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "metrics.h"
+#include "sandbox.h"
 #include "source.h"
 
 /* How an exec ended, for compute_exec_total{outcome}. */
@@ -31,3 +32,5 @@ void na_metrics_file_bytes(bool write, uint64_t bytes);
 
 /* Writes the agent's page (after the common metrics): every sandbox src lists. */
 void na_metrics_write(cs_mpage *p, source *src);
+/* The warm pool's families (local mode with --warm-pool > 0; nothing otherwise). */
+void na_metrics_write_pool(cs_mpage *p, sb_registry *reg);

@@ -40,7 +40,7 @@ static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
 static char *pod_namespaces, *volume_root, *listen_group, *capabilities;
-static int64_t grace_s, sample_ms, max_sandboxes, max_processes;
+static int64_t grace_s, sample_ms, max_sandboxes, max_processes, warm_pool;
 static int64_t cpu_overcommit_pct, memory_overcommit_pct, session_idle_s;
 static bool workspace_volumes, spawner_on;
 static char *spawner_binary;
@@ -128,6 +128,12 @@ static const cs_option options[] = {
         { "max-sandboxes", "COMPUTE_MAX_SANDBOXES", CS_OPT_INT, "64",
           "Live sandboxes this agent runs at once; more get RESOURCE_EXHAUSTED.", &max_sandboxes, 1,
           4096 },
+        { "warm-pool", "COMPUTE_WARM_POOL", CS_OPT_INT, "0",
+          "Local mode: warm sandboxes of the default profile (default image, limits and "
+          "workspace size) kept READY; a CreateSandbox of that profile claims one and answers "
+          "with a running sandbox. They count against no tenant and are removed when the agent "
+          "stops. 0: none; at most 64. Kube mode: not yet (must be 0).",
+          &warm_pool, 0, SB_WARM_POOL_MAX },
         { "cpu-overcommit-percent", "COMPUTE_CPU_OVERCOMMIT_PERCENT", CS_OPT_INT, "3200",
           "Local mode: CPU limits of live sandboxes may add up to this percent of the node's "
           "CPUs (sched_getaffinity, capped by /sys/fs/cgroup/cpu.max); a create beyond gets "
@@ -262,6 +268,7 @@ static void agent_metrics(cs_mpage *p, void *userdata)
         agent *a = userdata;
 
         na_metrics_write(p, a->src);
+        na_metrics_write_pool(p, a->reg);
 }
 
 /* Kube mode: the finder of the pods' containers under the kubelet's runsc root. */
@@ -353,7 +360,13 @@ static int agent_open(agent *a, cs_error **err)
                          .max_sandboxes = (uint32_t)max_sandboxes,
                          .pids_max = RT_HOST_TASKS_MAX((uint64_t)max_processes),
                          .volumes = workspace_volumes && !kube,
-                         .kube = kube };
+                         .kube = kube,
+                         .warm_pool = (uint32_t)warm_pool };
+
+        if (kube && warm_pool)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--warm-pool: warm pools are not yet supported in kube mode "
+                                    "(use 0)");
 
         if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &a->capacity, err) < 0)
                 return -1;

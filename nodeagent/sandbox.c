@@ -83,7 +83,7 @@ void sandbox_set_message_locked(sandbox *sb, const char *msg)
 static sandbox *find_locked(sb_registry *reg, const char *id)
 {
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
-                if (!sb->attached && strcmp(sb->id, id) == 0)
+                if (!sb->attached && !sb->pool && strcmp(sb->id, id) == 0)
                         return sb;
         }
         return NULL;
@@ -197,8 +197,7 @@ static bool id_ok(const char *s)
         return s && s[0] && strlen(s) <= CS_ID_MAX;
 }
 
-/* Checks the spec and fills in defaults into *out (strings borrowed from spec). */
-static int spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs_error **err)
+int sandbox_spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs_error **err)
 {
         *out = *spec;
         if (!cs_uuid_valid(spec->id))
@@ -347,6 +346,10 @@ static void *starter_main(void *arg)
         } else if (!gone) {
                 sandbox_set_failed_locked(reg, sb, err->msg);
         }
+        if (sb->pool && !gone && r < 0)
+                sandbox_pool_failed_locked(reg, sb);
+        else if (sb->pool && r == 0)
+                reg->pool_fail_streak = 0;
         pthread_mutex_unlock(&reg->lock);
 
         if (gone || r < 0) {
@@ -391,25 +394,26 @@ void sandbox_rm_tree(const char *path)
         (void)cs_remove_tree(AT_FDCWD, path);
 }
 
-static uint32_t live_count_locked(sb_registry *reg)
+uint32_t sandbox_live_count_locked(sb_registry *reg, bool with_pool)
 {
         uint32_t n = 0;
 
         for (sandbox *sb = reg->list; sb; sb = sb->next)
-                n += sb->status != SB_DESTROYED;
+                n += sb->status != SB_DESTROYED && (with_pool || !sb->pool);
         return n;
 }
 
 /* Under the lock: admission control against the limits the live sandboxes hold (summed
- * from the registry, so a destroy gives them back and a restart finds them again). */
-static int admit_locked(sb_registry *reg, const sb_spec *spec, cs_error **err)
+ * from the registry, so a destroy gives them back and a restart finds them again). Warm
+ * sandboxes count only for the pool's own refills: they never refuse a tenant's create. */
+int sandbox_admit_locked(sb_registry *reg, const sb_spec *spec, bool with_pool, cs_error **err)
 {
         na_committed used = { 0 };
 
         if (reg->cfg.capacity.memory_bytes == 0)
                 return 0;
         for (sandbox *sb = reg->list; sb; sb = sb->next)
-                if (sb->status != SB_DESTROYED) {
+                if (sb->status != SB_DESTROYED && (with_pool || !sb->pool)) {
                         used.cpu_millis += sb->cpu_millis;
                         used.memory_bytes += sb->memory_bytes;
                 }
@@ -441,7 +445,7 @@ static sandbox *existing_locked(sb_registry *reg, const sb_spec *spec, cs_error 
 
 /* Under the lock: a new STARTING sandbox for a validated spec, listed at once (so a
  * concurrent create for the same session finds it) and referenced for its starter. */
-static sandbox *sandbox_new_locked(sb_registry *reg, const sb_spec *spec)
+sandbox *sandbox_new_locked(sb_registry *reg, const sb_spec *spec)
 {
         sandbox *sb = cs_xcalloc(1, sizeof(*sb));
 
@@ -474,52 +478,27 @@ static void start_abandon(sb_registry *reg, sandbox *sb, const char *why)
 {
         pthread_mutex_lock(&reg->lock);
         sandbox_set_failed_locked(reg, sb, why);
+        if (sb->pool)
+                sandbox_pool_failed_locked(reg, sb);
         sb->refs--;
         reg->starters--;
         pthread_mutex_unlock(&reg->lock);
 }
 
-int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_created, cs_error **err)
+int sandbox_start(sb_registry *reg, sandbox *sb, cs_error **err)
 {
         vol_counters start = { 0 };
-        sb_spec spec;
-        sandbox *sb, *old;
         starter *st;
         pthread_t thread;
         pthread_attr_t attr;
 
-        if (spec_validate(reg, in, &spec, err) < 0 || volumes_check(reg, err) < 0)
-                return -1;
-        pthread_mutex_lock(&reg->lock);
-        old = existing_locked(reg, &spec, err);
-        if (old || (err && *err)) {
-                if (old)
-                        info_fill_locked(old, ret);
-                pthread_mutex_unlock(&reg->lock);
-                *ret_created = false;
-                return old ? 0 : -1;
-        }
-        if (live_count_locked(reg) >= reg->cfg.max_sandboxes) {
-                pthread_mutex_unlock(&reg->lock);
-                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                    "this node already runs %u sandboxes", reg->cfg.max_sandboxes);
-        }
-        if (admit_locked(reg, &spec, err) < 0) {
-                pthread_mutex_unlock(&reg->lock);
-                return -1;
-        }
-        sb = sandbox_new_locked(reg, &spec);
-        info_fill_locked(sb, ret);
-        pthread_mutex_unlock(&reg->lock);
-
+        /* An agent killed before the record's first write below leaves a directory without
+         * a record: the next one removes it with what it holds (sandbox_record.c). */
         if (sandbox_mkdir(sb->dir, 0700, err) < 0 || sandbox_mkdir(sb->bundle_dir, 0700, err) < 0 ||
             sandbox_mkdir(sb->workspace_dir, 0755, err) < 0 ||
-            (sb->volume && vol_create(sb->volume_image, sb->workspace_bytes, sb->workspace_dir,
-                                      &start, err) < 0)) {
-                start_abandon(reg, sb, (*err)->msg);
-                sandbox_persist(reg, sb);
-                return -1;
-        }
+            (sb->volume &&
+             vol_create(sb->volume_image, sb->workspace_bytes, sb->workspace_dir, &start, err) < 0))
+                goto fail;
         pthread_mutex_lock(&reg->lock);
         sb->vol_start = start;
         pthread_mutex_unlock(&reg->lock);
@@ -535,7 +514,62 @@ int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_creat
                 sandbox_persist(reg, sb);
         }
         pthread_attr_destroy(&attr);
+        return 0;
+fail:
+        start_abandon(reg, sb, (*err)->msg);
+        sandbox_persist(reg, sb);
+        return -1;
+}
+
+int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_created, cs_error **err)
+{
+        int64_t t0 = cs_now_monotonic_ns();
+        sb_spec spec;
+        sandbox *sb, *old;
+
+        if (sandbox_spec_validate(reg, in, &spec, err) < 0 || volumes_check(reg, err) < 0)
+                return -1;
+        pthread_mutex_lock(&reg->lock);
+        old = existing_locked(reg, &spec, err);
+        /* A warm sandbox being claimed for this session: the same one, once claimed. */
+        while (old && old->claiming)
+                pthread_cond_wait(&reg->cond, &reg->lock);
+        if (old || (err && *err)) {
+                if (old)
+                        info_fill_locked(old, ret);
+                pthread_mutex_unlock(&reg->lock);
+                *ret_created = false;
+                return old ? 0 : -1;
+        }
+        if (sandbox_live_count_locked(reg, false) >= reg->cfg.max_sandboxes) {
+                pthread_mutex_unlock(&reg->lock);
+                return cs_error_set(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "this node already runs %u sandboxes", reg->cfg.max_sandboxes);
+        }
+        if (sandbox_admit_locked(reg, &spec, false, err) < 0) {
+                pthread_mutex_unlock(&reg->lock);
+                return -1;
+        }
+        if (reg->cfg.warm_pool && sandbox_pool_matches(&spec)) {
+                sb = sandbox_pool_take_locked(reg, &spec);
+                if (sb) {
+                        pthread_mutex_unlock(&reg->lock);
+                        sandbox_pool_finish(reg, sb, t0, ret);
+                        *ret_created = true;
+                        return 0;
+                }
+                reg->pool_misses++;
+                pthread_cond_broadcast(&reg->cond); /* the filler: the pool may be short */
+        }
+        sb = sandbox_new_locked(reg, &spec);
+        info_fill_locked(sb, ret);
+        pthread_mutex_unlock(&reg->lock);
+
         *ret_created = true;
+        if (sandbox_start(reg, sb, err) < 0) {
+                sb_info_clear(ret);
+                return -1;
+        }
         return 0;
 }
 
@@ -626,7 +660,7 @@ int sb_list(sb_registry *reg, bool include_destroyed, sb_info **ret, size_t *ret
                 cap++;
         refs = cs_xcalloc(cap, sizeof(*refs));
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
-                if (include_destroyed || sb->status != SB_DESTROYED)
+                if ((include_destroyed || sb->status != SB_DESTROYED) && !sb->pool)
                         refs[n++] = sandbox_ref_locked(sb);
         }
         pthread_mutex_unlock(&reg->lock);
@@ -655,6 +689,8 @@ void sb_counts(sb_registry *reg, uint32_t *ret_live, uint32_t *ret_ready, uint32
         *ret_live = *ret_ready = *ret_destroyed = *ret_execs = 0;
         pthread_mutex_lock(&reg->lock);
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
+                if (sb->pool)
+                        continue; /* the operator's: sb_pool_stats_read */
                 *ret_live += sb->status != SB_DESTROYED;
                 *ret_ready += sb->status == SB_READY;
                 *ret_destroyed += sb->status == SB_DESTROYED;
@@ -723,8 +759,12 @@ void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why)
                 return;
         }
         pthread_mutex_lock(&reg->lock);
-        if (sb->status == SB_READY || sb->status == SB_STARTING)
+        if (sb->status == SB_READY || sb->status == SB_STARTING) {
                 sandbox_set_failed_locked(reg, sb, why);
+                /* A warm sandbox that died: removed now, not after a grace (nobody's). */
+                if (sb->pool)
+                        sandbox_pool_failed_locked(reg, sb);
+        }
         pthread_mutex_unlock(&reg->lock);
         sandbox_usage_freeze(reg, sb);
         sandbox_persist(reg, sb);
@@ -783,12 +823,17 @@ int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_
                 return -1;
         }
         reg->housekeeper_running = true;
+        if (!cfg->kube && sandbox_pool_open(reg, err) < 0) {
+                sb_registry_free(reg);
+                return -1;
+        }
         *ret = reg;
         return 0;
 }
 
 /* Stops the agent's threads and forgets the sandboxes; their containers keep running and a
- * new agent finds them again. */
+ * new agent finds them again. Warm sandboxes go with everything they have: no session has
+ * them, and the next agent makes its own. */
 void sb_registry_free(sb_registry *reg)
 {
         if (!reg)
@@ -796,6 +841,9 @@ void sb_registry_free(sb_registry *reg)
         pthread_mutex_lock(&reg->lock);
         reg->stopping = true;
         pthread_cond_broadcast(&reg->cond);
+        pthread_mutex_unlock(&reg->lock);
+        sandbox_pool_stop(reg);
+        pthread_mutex_lock(&reg->lock);
         while (reg->starters > 0)
                 pthread_cond_wait(&reg->cond, &reg->lock);
         pthread_mutex_unlock(&reg->lock);
@@ -803,8 +851,12 @@ void sb_registry_free(sb_registry *reg)
                 pthread_join(reg->housekeeper, NULL);
         while (reg->list) {
                 sandbox *next = reg->list->next;
-                sandbox_persist(reg, reg->list);
-                sandbox_free(reg->list);
+                if (reg->list->pool) {
+                        sandbox_remove(reg, reg->list, "warm sandbox removed at shutdown");
+                } else {
+                        sandbox_persist(reg, reg->list);
+                        sandbox_free(reg->list);
+                }
                 reg->list = next;
         }
         pthread_cond_destroy(&reg->cond);

@@ -81,10 +81,25 @@ typedef struct sb_config {
          * sandbox that has that directory. */
         struct spawn_mgr *spawner;
         const char *spawner_binary;
+        /* Local mode: warm sandboxes of the default profile kept READY (0..SB_WARM_POOL_MAX;
+         * 0: none). A create of that profile claims one (sandbox_pool.c). */
+        uint32_t warm_pool;
 } sb_config;
+
+#define SB_WARM_POOL_MAX 64
+
+/* The warm pool, for the operator's metrics. claim_seconds: CreateSandbox's time in the
+ * registry for a claim (hits). */
+typedef struct sb_pool_stats {
+        uint32_t target, ready, starting;
+        uint64_t hits, misses;
+        const struct cs_histogram *claim_seconds;
+} sb_pool_stats;
 
 typedef struct sb_registry sb_registry;
 typedef struct sandbox sandbox;
+
+void sb_pool_stats_read(sb_registry *reg, sb_pool_stats *ret);
 
 /* Local mode: loads every record under state_dir, reconciles it with the runtime (running
  * containers are READY again, lost ones FAILED, exec processes left by a killed agent are killed,

@@ -44,7 +44,8 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
         }
         pthread_mutex_lock(&reg->lock);
         status = sb->status;
-        expired = cs_now_monotonic_ms() - sb->started_mono_ms > sb->max_runtime_ms;
+        /* A warm sandbox's max_runtime counts from its claim. */
+        expired = !sb->pool && cs_now_monotonic_ms() - sb->started_mono_ms > sb->max_runtime_ms;
         pthread_mutex_unlock(&reg->lock);
         if (status != SB_READY)
                 return;
@@ -92,8 +93,7 @@ static bool collectable_locked(const sandbox *sb, int64_t now)
         return due && sb->refs == 0 && !sb->destroying;
 }
 
-/* Frees an unlinked local sandbox with its container, workspace and directory. */
-static void remove_expired(sb_registry *reg, sandbox *sb)
+void sandbox_remove(sb_registry *reg, sandbox *sb, const char *why)
 {
         cs_error *ignored = NULL;
 
@@ -111,7 +111,7 @@ static void remove_expired(sb_registry *reg, sandbox *sb)
                 spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
         sandbox_rm_tree(sb->workspace_dir);
         sandbox_rm_tree(sb->dir);
-        sandbox_log(reg, false, sb->id, "workspace removed after its grace period");
+        sandbox_log(reg, false, sb->id, "%s", why);
         sandbox_free(sb);
 }
 
@@ -139,7 +139,9 @@ static void collect_garbage(sb_registry *reg)
                 if (dead->attached)
                         sandbox_attach_forget(reg, dead);
                 else
-                        remove_expired(reg, dead);
+                        sandbox_remove(reg, dead,
+                                       dead->pool ? "warm sandbox that failed to start removed"
+                                                  : "workspace removed after its grace period");
                 dead = next;
         }
 }

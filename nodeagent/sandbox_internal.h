@@ -59,6 +59,7 @@
 
 #include <sys/types.h>
 
+#include "metrics.h"
 #include "sandbox.h"
 #include "uuid.h"
 #include "volume.h"
@@ -113,6 +114,18 @@ struct sandbox {
         bool spawner_tried; /* kube: the agent listened (or tried to) in its compute-run dir */
         bool gone;          /* the housekeeping found its container gone */
         char *key;
+
+        /* The warm pool (sandbox_pool.c). pool: a warm sandbox no session has claimed; it is
+         * invisible to every lookup by id or listing, never expires and never counts against
+         * a tenant. claiming: sb_create is turning it into a session's sandbox (tenant_id and
+         * session_id are set, usage is being rebased); a create for the same session waits
+         * for the end. Both under the lock. A pool sandbox's tenant_id, session_id,
+         * max_runtime_ms, created_at_ms and started_mono_ms change once, at its claim, under
+         * the lock, while only the registry's own threads hold it. */
+        bool pool, claiming;
+        /* Counters at the claim, subtracted from the cgroup's and network's (the warm idle
+         * time is the operator's): 0 for a sandbox that was never warm. Under the lock. */
+        uint64_t base_cpu_ns, base_io_read, base_io_written, base_net_rx, base_net_tx;
 };
 
 struct sb_registry {
@@ -129,6 +142,15 @@ struct sb_registry {
         pthread_t housekeeper;
         bool housekeeper_running;
         int starters; /* starter threads running */
+
+        /* The warm pool (sandbox_pool.c): its filler thread, the failures in a row that back
+         * its refills off, and its counters. Under the lock, but for the histogram (atomic). */
+        pthread_t pool_filler;
+        bool pool_filler_running;
+        int pool_fail_streak;
+        int64_t pool_retry_at_ms; /* monotonic: no refill before */
+        uint64_t pool_hits, pool_misses;
+        cs_histogram pool_claim_seconds;
 };
 
 /* --- sandbox.c ------------------------------------------------------------------------- */
@@ -154,6 +176,39 @@ void sandbox_rm_tree(const char *path);
  * (malloc'd), or NULL (off, or it failed: logged) when the sandbox has no resident exec
  * path. */
 char *sandbox_spawner_listen(sb_registry *reg, sandbox *sb);
+/* Checks a spec and fills in the defaults (strings borrowed from spec). */
+int sandbox_spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs_error **err);
+/* Under the lock: a new STARTING sandbox for a validated spec, listed and referenced for its
+ * starter. */
+sandbox *sandbox_new_locked(sb_registry *reg, const sb_spec *spec);
+/* Unlocked: makes the directories and workspace of a sandbox sandbox_new_locked listed, and
+ * starts its starter thread. -1 with *err (the sandbox is then FAILED) when it could not. */
+int sandbox_start(sb_registry *reg, sandbox *sb, cs_error **err);
+/* Under the lock: live sandboxes; with_pool counts the warm ones too. */
+uint32_t sandbox_live_count_locked(sb_registry *reg, bool with_pool);
+/* Under the lock: admission control of spec on top of the live sandboxes' limits (with_pool:
+ * the warm ones' too). */
+int sandbox_admit_locked(sb_registry *reg, const sb_spec *spec, bool with_pool, cs_error **err);
+
+/* --- sandbox_pool.c -------------------------------------------------------------------- */
+
+/* Whether a validated spec is the pool's profile (default image, mount path, limits and
+ * workspace size; any max_runtime). */
+bool sandbox_pool_matches(const sb_spec *spec);
+/* Under the lock, pool on and spec matching: takes a READY warm sandbox for spec's session
+ * (claiming, referenced) or NULL (a miss). */
+sandbox *sandbox_pool_take_locked(sb_registry *reg, const sb_spec *spec);
+/* Unlocked: ends a claim sandbox_pool_take_locked began (usage rebased, created_at and
+ * max_runtime from now, record written) and fills *ret; t0_ns: monotonic start of the
+ * create, for the claim latency. Drops the claim's reference. */
+void sandbox_pool_finish(sb_registry *reg, sandbox *sb, int64_t t0_ns, sb_info *ret);
+/* A warm sandbox failed (to start, or its container died): it goes at once, and the refills
+ * back off. Locked. */
+void sandbox_pool_failed_locked(sb_registry *reg, sandbox *sb);
+/* Starts the filler thread (cfg.warm_pool > 0) after checking the profile can be made. */
+int sandbox_pool_open(sb_registry *reg, cs_error **err);
+/* Stops the filler (reg->stopping is set). Unlocked. */
+void sandbox_pool_stop(sb_registry *reg);
 
 /* --- sandbox_record.c ------------------------------------------------------------------ */
 
@@ -178,6 +233,10 @@ void sandbox_usage_freeze(sb_registry *reg, sandbox *sb);
 /* Removes the sandbox's cgroup (local mode: the agent made it, runsc only joined it), logging
  * a failure. Its usage must have been frozen first. */
 void sandbox_remove_cgroup(sb_registry *reg, sandbox *sb);
+/* Claim of a warm sandbox: reads its counters now as the base later readings subtract, resets
+ * the memory peak where the kernel can (cgroup v1), forgets its memory samples and file I/O,
+ * and restarts its volume's disk counters. Unlocked, with a reference held. */
+void sandbox_usage_rebase(sb_registry *reg, sandbox *sb);
 /* Reads the cgroup now (into *ret) and adds its memory to the sandbox's average, peak and
  * open usage windows. */
 int sandbox_sample_memory(sb_registry *reg, sandbox *sb, cgroup_sample *ret, cs_error **err);
@@ -186,6 +245,9 @@ int sandbox_sample_memory(sb_registry *reg, sandbox *sb, cgroup_sample *ret, cs_
 
 /* The housekeeping thread's body (arg: the registry); returns once reg->stopping is set. */
 void *sandbox_housekeeper_main(void *arg);
+/* Frees an unlinked local sandbox with its container, cgroup, volume, workspace and
+ * directory (record included), logging `why`. */
+void sandbox_remove(sb_registry *reg, sandbox *sb, const char *why);
 
 /* --- sandbox_attach.c ------------------------------------------------------------------ */
 

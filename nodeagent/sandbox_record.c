@@ -45,6 +45,19 @@ static json_t *record_json_locked(const sandbox *sb)
                 (json_int_t)sb->file_read, "file_written", (json_int_t)sb->file_written);
 
         if (doc &&
+            (sb->pool || sb->base_cpu_ns || sb->base_io_read || sb->base_io_written ||
+             sb->base_net_rx || sb->base_net_tx) &&
+            json_object_update_new(doc,
+                                   json_pack("{s:b, s:I, s:I, s:I, s:I, s:I}", "pool", sb->pool,
+                                             "base_cpu_ns", (json_int_t)sb->base_cpu_ns,
+                                             "base_io_read", (json_int_t)sb->base_io_read,
+                                             "base_io_written", (json_int_t)sb->base_io_written,
+                                             "base_net_rx", (json_int_t)sb->base_net_rx,
+                                             "base_net_tx", (json_int_t)sb->base_net_tx)) < 0) {
+                json_decref(doc);
+                return NULL;
+        }
+        if (doc &&
             json_object_update_new(
                     doc, json_pack("{s:I, s:b, s:I, s:I, s:I, s:I}", "workspace_bytes",
                                    (json_int_t)sb->workspace_bytes, "volume", sb->volume,
@@ -109,8 +122,8 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
         sandbox *sb;
         const char *s[6] = { 0 };
         json_int_t n[13] = { 0 };
-        json_int_t v[5] = { 0 };
-        int status = 0, frozen = 0, volume = 0;
+        json_int_t v[5] = { 0 }, b[5] = { 0 };
+        int status = 0, frozen = 0, volume = 0, pool = 0;
         json_t *usage = NULL;
 
         if (!doc) {
@@ -130,6 +143,10 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
             json_unpack(doc, "{s?I, s?b, s?I, s?I, s?I, s?I}", "workspace_bytes", &v[0], "volume",
                         &volume, "vol_base_read", &v[1], "vol_base_written", &v[2],
                         "vol_start_read", &v[3], "vol_start_written", &v[4]) < 0 ||
+            /* The warm pool's (sandbox_pool.c): absent from a sandbox never warm. */
+            json_unpack(doc, "{s?b, s?I, s?I, s?I, s?I, s?I}", "pool", &pool, "base_cpu_ns", &b[0],
+                        "base_io_read", &b[1], "base_io_written", &b[2], "base_net_rx", &b[3],
+                        "base_net_tx", &b[4]) < 0 ||
             strcmp(s[0], id) != 0 || status < SB_STARTING || status > SB_DESTROYED) {
                 json_decref(doc);
                 cs_error_set(err, GRPC_STATUS_INTERNAL, "%s: not a valid sandbox record", path);
@@ -162,6 +179,12 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
         sb->vol_base_read = (uint64_t)v[1];
         sb->vol_base_written = (uint64_t)v[2];
         sb->vol_start = (vol_counters){ (uint64_t)v[3], (uint64_t)v[4] };
+        sb->pool = pool;
+        sb->base_cpu_ns = (uint64_t)b[0];
+        sb->base_io_read = (uint64_t)b[1];
+        sb->base_io_written = (uint64_t)b[2];
+        sb->base_net_rx = (uint64_t)b[3];
+        sb->base_net_tx = (uint64_t)b[4];
         /* Runtime left is measured from now: the monotonic clock did not survive. */
         sb->started_mono_ms = cs_now_monotonic_ms() - (cs_now_realtime_ms() - sb->created_at_ms);
         json_decref(doc);
@@ -328,6 +351,26 @@ static void destroy_strays(sb_registry *reg)
         rt_containers_free(cs, n);
 }
 
+/* A sandbox directory without its record: an agent killed in the middle of a create, before
+ * the record's first write (sandbox_start); CreateSandbox never answered with it. Whatever
+ * the create made goes (its container, if any, with the strays). */
+static bool record_missing(sb_registry *reg, const char *id)
+{
+        _cleanup_free_ char *path = cs_xasprintf("%s/%s/sandbox.json", reg->sandboxes_dir, id);
+        sandbox *sb;
+
+        if (access(path, F_OK) == 0 || errno != ENOENT)
+                return false;
+        sb = cs_xcalloc(1, sizeof(*sb));
+        snprintf(sb->id, sizeof(sb->id), "%.*s", CS_UUID_STRLEN, id);
+        sb->tenant_id = cs_xstrdup("");
+        sb->session_id = cs_xstrdup("");
+        sb->volume = true; /* vol_remove of no volume does nothing */
+        sandbox_paths(reg, sb);
+        sandbox_remove(reg, sb, "removed what a create left without a record");
+        return true;
+}
+
 static int load_records(sb_registry *reg, cs_error **err)
 {
         DIR *d = opendir(reg->sandboxes_dir);
@@ -340,6 +383,8 @@ static int load_records(sb_registry *reg, cs_error **err)
                 sandbox *sb;
 
                 if (!cs_uuid_valid(e->d_name))
+                        continue;
+                if (record_missing(reg, e->d_name))
                         continue;
                 sb = record_load(reg, e->d_name, &bad);
                 if (!sb) {
@@ -362,6 +407,17 @@ int sandbox_records_open(sb_registry *reg, cs_error **err)
         if (sandbox_mkdir(reg->sandboxes_dir, 0700, err) < 0 || sandbox_mkdir(ws, 0700, err) < 0 ||
             sandbox_mkdir(vols, 0700, err) < 0 || load_records(reg, err) < 0)
                 return -1;
+        /* Warm sandboxes of a previous life (claimed ones have "pool": false in their record):
+         * gone with everything they have; the pool is made again. */
+        for (sandbox **p = &reg->list; *p;) {
+                sandbox *sb = *p;
+                if (sb->pool) {
+                        *p = sb->next;
+                        sandbox_remove(reg, sb, "warm sandbox of the agent's previous run removed");
+                } else {
+                        p = &sb->next;
+                }
+        }
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
                 sb_status before = sb->status;
                 reconcile_one(reg, sb);

@@ -15,8 +15,16 @@
  * unlocked. Never the status, the list or the runtime. Locking: sandbox_internal.h. */
 #include "sandbox_internal.h"
 
+#include <string.h>
+
 #include "util.h"
 #include "volume.h"
+
+/* a - b, 0 when a counter reads below its base (a reading taken before a claim's rebase). */
+static uint64_t sub_sat(uint64_t a, uint64_t b)
+{
+        return a > b ? a - b : 0;
+}
 
 /* Network counters of the sandbox's host process (its own network namespace). */
 static void read_net(sandbox *sb, uint64_t *rx, uint64_t *tx)
@@ -51,8 +59,8 @@ static void disk_totals_locked(const sandbox *sb, const cgroup_sample *s, const 
                                uint64_t *ret_read, uint64_t *ret_written)
 {
         if (!sb->volume) {
-                *ret_read = s->io_read_bytes + sb->file_read;
-                *ret_written = s->io_write_bytes + sb->file_written;
+                *ret_read = sub_sat(s->io_read_bytes, sb->base_io_read) + sb->file_read;
+                *ret_written = sub_sat(s->io_write_bytes, sb->base_io_written) + sb->file_written;
         } else if (d->have && d->read >= sb->vol_start.read &&
                    d->written >= sb->vol_start.written) {
                 *ret_read = sb->vol_base_read + d->read - sb->vol_start.read;
@@ -85,7 +93,10 @@ void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
                 pthread_mutex_unlock(&reg->lock);
                 return;
         }
-        ret->cpu_ms = s.cpu_ns / 1000000;
+        /* A claimed warm sandbox's counters start at its claim (sandbox_usage_rebase). */
+        rx = sub_sat(rx, sb->base_net_rx);
+        tx = sub_sat(tx, sb->base_net_tx);
+        ret->cpu_ms = sub_sat(s.cpu_ns, sb->base_cpu_ns) / 1000000;
         ret->memory_peak_bytes =
                 s.memory_peak_bytes > sb->mem_max ? s.memory_peak_bytes : sb->mem_max;
         ret->memory_avg_bytes = sb->mem_n ? sb->mem_sum / sb->mem_n : s.memory_bytes;
@@ -98,6 +109,37 @@ void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
                 tx > sb->frozen.network_egress_bytes ? tx : sb->frozen.network_egress_bytes;
         sb->frozen = *ret; /* the last reading, kept in the record */
         sb->mem_now = s.memory_bytes;
+        pthread_mutex_unlock(&reg->lock);
+}
+
+void sandbox_usage_rebase(sb_registry *reg, sandbox *sb)
+{
+        cgroup_sample s = { 0 };
+        cs_error *err = NULL;
+        uint64_t rx, tx;
+        disk_reading d;
+
+        if (cgroup_read(reg->cg, sb->cgroup_path, &s, &err) < 0)
+                cs_error_freep(&err);
+        read_net(sb, &rx, &tx);
+        read_volume(sb, &d);
+        /* cgroup v1 resets its high-water mark; v2 cannot (cgroup.h): there the peak is the
+         * cgroup's lifetime peak, the warm idle time's few MiB included. */
+        if (cgroup_reset_peak(reg->cg, sb->cgroup_path, &err) < 0)
+                cs_error_freep(&err);
+        pthread_mutex_lock(&reg->lock);
+        sb->base_cpu_ns = s.cpu_ns;
+        sb->base_io_read = s.io_read_bytes;
+        sb->base_io_written = s.io_write_bytes;
+        sb->base_net_rx = rx;
+        sb->base_net_tx = tx;
+        if (d.have)
+                sb->vol_start = (vol_counters){ d.read, d.written };
+        sb->vol_base_read = sb->vol_base_written = 0;
+        sb->file_read = sb->file_written = 0;
+        sb->mem_sum = sb->mem_n = sb->mem_max = 0;
+        sb->mem_now = 0;
+        memset(&sb->frozen, 0, sizeof(sb->frozen));
         pthread_mutex_unlock(&reg->lock);
 }
 

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "testfs.h"
 #include "sandbox.h"
 #include "util.h"
+#include "uuid.h"
 
 #define ID_RUNNING "11111111-1111-4111-8111-111111111111" /* found running after restart */
 #define ID_LOST    "22222222-2222-4222-8222-222222222222" /* its container gone */
@@ -421,12 +423,127 @@ static void test_failed_stop_removes_cgroup(void **state)
         assert_true(cgroup_gone(f, ID_RUNNING));
 }
 
+/* --- the warm pool ------------------------------------------------------------------------- */
+
+#define POOL_CREATES 64
+
+static pthread_barrier_t pool_start; /* the creates go at once */
+
+typedef struct pool_create {
+        fixture *f;
+        bool wait;
+        char session[16];
+        sb_info info;
+        bool created;
+        int r;
+} pool_create;
+
+static void *pool_create_main(void *arg)
+{
+        pool_create *c = arg;
+        char id[CS_UUID_STRLEN + 1];
+        sb_spec spec = { .id = id, .tenant_id = "t", .session_id = c->session };
+        cs_error *err = NULL;
+
+        cs_uuid_generate(id);
+        if (c->wait)
+                pthread_barrier_wait(&pool_start);
+        c->r = sb_create(c->f->reg, &spec, &c->info, &c->created, &err);
+        cs_error_free(err);
+        return NULL;
+}
+
+static void wait_pool_ready(fixture *f, uint32_t n)
+{
+        sb_pool_stats st;
+
+        for (int i = 0; i < 1000; i++) {
+                sb_pool_stats_read(f->reg, &st);
+                if (st.ready >= n)
+                        return;
+                usleep(10 * 1000);
+        }
+        fail_msg("the warm pool never had %u READY sandboxes", n);
+}
+
+/* 64 creates of the default profile at once against a pool of 4: every session gets exactly
+ * one sandbox, no two the same; the claims are the pool's; a retry returns the same one; the
+ * pool is not listed and refills. */
+static void test_warm_pool_concurrent_claims(void **state)
+{
+        fixture *f = *state;
+        _cleanup_free_ char *img = cs_xasprintf("%s/%s", f->images_dir, SB_DEFAULT_IMAGE);
+        pool_create *cs = cs_xcalloc(POOL_CREATES, sizeof(*cs));
+        pthread_t threads[POOL_CREATES];
+        cs_error *err = NULL;
+        sb_config cfg = { .state_dir = f->state_dir,
+                          .images_dir = f->images_dir,
+                          .cgroup_parent = "/compute",
+                          .grace_ms = 3600 * 1000,
+                          .sample_interval_ms = 3600 * 1000,
+                          .start_timeout_ms = 10000,
+                          .max_sandboxes = 128,
+                          .warm_pool = 4 };
+        sb_pool_stats st;
+        sb_info *list = NULL;
+        size_t n = 0;
+        int ready = 0;
+
+        testfs_mkdir(img);
+        if (sb_registry_open(&cfg, fake_runtime_rt(f->fake), &f->cg, log_hook, &f->reg, &err) < 0)
+                fail_msg("sb_registry_open: %s", err->msg);
+        wait_pool_ready(f, 4);
+        assert_int_equal(sb_list(f->reg, true, &list, &n, &err), 0);
+        assert_int_equal(n, 0); /* warm sandboxes are nobody's */
+        sb_infos_free(list, n);
+        pthread_barrier_init(&pool_start, NULL, POOL_CREATES);
+        for (int i = 0; i < POOL_CREATES; i++) {
+                cs[i].f = f;
+                cs[i].wait = true;
+                snprintf(cs[i].session, sizeof(cs[i].session), "s%d", i);
+                assert_int_equal(pthread_create(&threads[i], NULL, pool_create_main, &cs[i]), 0);
+        }
+        for (int i = 0; i < POOL_CREATES; i++)
+                pthread_join(threads[i], NULL);
+        pthread_barrier_destroy(&pool_start);
+        for (int i = 0; i < POOL_CREATES; i++) {
+                assert_int_equal(cs[i].r, 0);
+                assert_true(cs[i].created);
+                assert_string_equal(cs[i].info.session_id, cs[i].session);
+                ready += cs[i].info.status == SB_READY; /* a claim: READY at once */
+                for (int j = 0; j < i; j++)
+                        assert_string_not_equal(cs[i].info.id, cs[j].info.id);
+        }
+        sb_pool_stats_read(f->reg, &st);
+        assert_int_equal(st.hits + st.misses, POOL_CREATES);
+        assert_int_equal(st.hits, ready);
+        assert_true(st.hits >= 4);
+        /* Retries: the same sandbox per session. */
+        for (int i = 0; i < POOL_CREATES; i++) {
+                pool_create again = { .f = f };
+                snprintf(again.session, sizeof(again.session), "%s", cs[i].session);
+                pool_create_main(&again);
+                assert_int_equal(again.r, 0);
+                assert_false(again.created);
+                assert_string_equal(again.info.id, cs[i].info.id);
+                sb_info_clear(&again.info);
+        }
+        assert_int_equal(sb_list(f->reg, true, &list, &n, &err), 0);
+        assert_int_equal(n, POOL_CREATES);
+        sb_infos_free(list, n);
+        wait_pool_ready(f, 4); /* refilled */
+        for (int i = 0; i < POOL_CREATES; i++)
+                sb_info_clear(&cs[i].info);
+        free(cs);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_restart_reconciliation, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_reopen_skips_bad_record, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_failed_stop_removes_cgroup, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_warm_pool_concurrent_claims, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

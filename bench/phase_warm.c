@@ -1,0 +1,107 @@
+/* 8. The warm pool (docs/performance.md, docs/nodeagent.md "Warm pool"): what an agent waits
+ * for on a session's first tool call, CreateSandbox and then ExecCommand of `echo hi`, from
+ * the create's start to the first stdout byte, when the create claims a warm sandbox against
+ * the cold path, side by side in one run.
+ *
+ * Warm: a create of the default profile (the agent must run with --warm-pool; a create that
+ * answers STARTING found the pool empty and is counted as a miss, not as a warm figure).
+ * Cold: the same create with a CPU limit of 1001m, which matches no pool profile and takes
+ * the cold path unchanged. Interleaved (warm, then cold: the cold one's start gives the pool
+ * time to refill), each sandbox destroyed after its measurement. Only when asked
+ * (--phases warm): with a pool, phase 2's cold starts would be claims. */
+#include <stdio.h>
+#include <time.h>
+
+#include "bench.h"
+#include "util.h"
+
+#define WARM_COLD_CPU   1001 /* millicores: no pool profile */
+#define WARM_RATIO_GOAL 0.25 /* the goal: warm <= 0.25 x cold (p50) */
+#define WARM_REFILL_MS  1500 /* pause before each warm create: the pool refills */
+
+typedef struct first_byte {
+        int64_t first_ns;
+} first_byte;
+
+static void note_first(void *userdata, const uint8_t *data, size_t len)
+{
+        first_byte *f = userdata;
+
+        (void)data;
+        if (len && !f->first_ns)
+                f->first_ns = bench_now_ns();
+}
+
+/* One session's first call: create, exec, first byte. *ret_status: what the create said. */
+static int first_call(bench_ctx *b, uint32_t cpu_millis, double *ret_ms, int *ret_status,
+                      cs_error **err)
+{
+        static const char *const cmd[] = { "echo", "hi", NULL };
+        first_byte f = { 0 };
+        int64_t start = bench_now_ns();
+        svc_exec_result res;
+        char sid[37];
+        int r;
+
+        if (svc_create_ex(b, cpu_millis, sid, ret_status, err) < 0)
+                return -1;
+        r = svc_exec_ok(b, sid, cmd, note_first, &f, &res, err);
+        if (r == 0 && !f.first_ns)
+                r = cs_error_set(err, GRPC_STATUS_INTERNAL, "`echo hi` printed nothing");
+        if (r == 0)
+                *ret_ms = (double)(f.first_ns - start) / 1e6;
+        if (r == 0)
+                return svc_destroy(b, sid, err);
+        {
+                cs_error *ignored = NULL;
+                if (svc_destroy(b, sid, &ignored) < 0)
+                        cs_error_free(ignored);
+        }
+        return r;
+}
+
+int phase_warm(bench_ctx *b, const char *sid, cs_error **err)
+{
+        samples warm = { 0 }, cold = { 0 };
+        int reps = b->quick ? 3 : 12, misses = 0, r = -1;
+        struct timespec pause = { .tv_sec = WARM_REFILL_MS / 1000,
+                                  .tv_nsec = (WARM_REFILL_MS % 1000) * 1000000L };
+
+        (void)sid;
+        report_section(b, "8. warm pool: CreateSandbox -> first stdout byte of `echo hi`");
+        for (int i = 0; i < reps; i++) {
+                double w, c;
+                int status = 0;
+
+                nanosleep(&pause, NULL);
+                if (first_call(b, 0, &w, &status, err) < 0 ||
+                    first_call(b, WARM_COLD_CPU, &c, NULL, err) < 0)
+                        goto out;
+                if (status == COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_READY)
+                        samples_add(&warm, w);
+                else
+                        misses++;
+                samples_add(&cold, c);
+        }
+        if (warm.n == 0) {
+                r = cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                 "no create claimed a warm sandbox: run the agent with "
+                                 "--warm-pool (e.g. COMPUTE_WARM_POOL=2 scripts/bench -- "
+                                 "--phases warm)");
+                goto out;
+        }
+        report_row(b, "warm_first_byte_p50", "create -> first byte, warm claim p50", "ms",
+                   samples_pct(&warm, 50), "cold path", samples_pct(&cold, 50),
+                   (bench_goal){ GOAL_RATIO_LE, WARM_RATIO_GOAL });
+        report_row(b, "warm_first_byte_p90", "create -> first byte, warm claim p90", "ms",
+                   samples_pct(&warm, 90), "cold path", samples_pct(&cold, 90),
+                   (bench_goal){ GOAL_NONE, 0 });
+        json_object_set_new(b->details, "warm_pool",
+                            json_pack("{s:o, s:o, s:i}", "warm_ms", samples_json(&warm), "cold_ms",
+                                      samples_json(&cold), "warm_misses", misses));
+        r = 0;
+out:
+        samples_free(&warm);
+        samples_free(&cold);
+        return r;
+}
