@@ -102,7 +102,7 @@ void sb_info_clear(sb_info *info)
         memset(info, 0, sizeof(*info));
 }
 
-static void info_fill_locked(const sandbox *sb, sb_info *ret)
+void sandbox_info_fill_locked(const sandbox *sb, sb_info *ret)
 {
         memset(ret, 0, sizeof(*ret));
         ret->id = cs_xstrdup(sb->id);
@@ -128,7 +128,7 @@ static void info_fill(sb_registry *reg, sandbox *sb, sb_info *ret)
 
         sandbox_usage_live(reg, sb, &u);
         pthread_mutex_lock(&reg->lock);
-        info_fill_locked(sb, ret);
+        sandbox_info_fill_locked(sb, ret);
         ret->usage = u;
         ret->memory_now_bytes = sb->mem_now;
         pthread_mutex_unlock(&reg->lock);
@@ -536,7 +536,7 @@ int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_creat
                 pthread_cond_wait(&reg->cond, &reg->lock);
         if (old || (err && *err)) {
                 if (old)
-                        info_fill_locked(old, ret);
+                        sandbox_info_fill_locked(old, ret);
                 pthread_mutex_unlock(&reg->lock);
                 *ret_created = false;
                 return old ? 0 : -1;
@@ -562,7 +562,7 @@ int sb_create(sb_registry *reg, const sb_spec *in, sb_info *ret, bool *ret_creat
                 pthread_cond_broadcast(&reg->cond); /* the filler: the pool may be short */
         }
         sb = sandbox_new_locked(reg, &spec);
-        info_fill_locked(sb, ret);
+        sandbox_info_fill_locked(sb, ret);
         pthread_mutex_unlock(&reg->lock);
 
         *ret_created = true;

@@ -160,6 +160,8 @@ void sandbox_log(sb_registry *reg, bool warn, const char *id, const char *fmt, .
         __attribute__((format(printf, 4, 5)));
 void sandbox_free(sandbox *sb);                    /* accepts NULL; the sandbox must be unlinked */
 void sandbox_paths(sb_registry *reg, sandbox *sb); /* fills the derived paths from the id */
+/* The entry's fields into *ret (malloc'd copies; usage: the frozen one). Under the lock. */
+void sandbox_info_fill_locked(const sandbox *sb, sb_info *ret);
 void sandbox_set_message_locked(sandbox *sb, const char *msg);
 /* FAILED with `why`; starts the soft-delete grace unless it runs already. Broadcasts. */
 void sandbox_set_failed_locked(sb_registry *reg, sandbox *sb, const char *why);
