@@ -112,6 +112,12 @@ json_t *samples_json(const samples *s);
 /* Monotonic clock in nanoseconds and milliseconds (as a double, for figures). */
 int64_t bench_now_ns(void);
 double bench_ms_since(int64_t start_ns);
+/* When the first output byte came (phases 7 and 8): an output callback's userdata, filled by
+ * bench_note_first (first_ns 0 until then). */
+typedef struct bench_first_byte {
+        int64_t start_ns, first_ns;
+} bench_first_byte;
+void bench_note_first(void *userdata, const uint8_t *data, size_t len);
 /* MB/s (10^6 bytes per second, as dd prints) of bytes moved in ms. */
 double bench_mbps(uint64_t bytes, double ms);
 

@@ -25,26 +25,13 @@
 
 /* --- first byte -------------------------------------------------------------------------- */
 
-typedef struct first_byte {
-        int64_t start_ns, first_ns;
-} first_byte;
-
-static void note_first(void *userdata, const uint8_t *data, size_t len)
-{
-        first_byte *f = userdata;
-
-        (void)data;
-        if (len && !f->first_ns)
-                f->first_ns = bench_now_ns();
-}
-
 static int first_svc(bench_ctx *b, const char *sid, double *ret_ms, cs_error **err)
 {
         static const char *const cmd[] = { "echo", "hi", NULL };
-        first_byte f = { .start_ns = bench_now_ns() };
+        bench_first_byte f = { .start_ns = bench_now_ns() };
         svc_exec_result res;
 
-        if (svc_exec_ok(b, sid, cmd, note_first, &f, &res, err) < 0)
+        if (svc_exec_ok(b, sid, cmd, bench_note_first, &f, &res, err) < 0)
                 return -1;
         if (!f.first_ns)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "echo hi printed nothing");
@@ -56,12 +43,12 @@ static int first_direct(bench_ctx *b, const char *container, double *ret_ms, cs_
 {
         const char *args[] = { "exec", container, "echo", "hi", NULL };
         const char *argv[HOST_MAX_ARGV];
-        first_byte f = { .start_ns = 0 };
+        bench_first_byte f = { .start_ns = 0 };
         host_result res;
 
         host_runsc_argv(b, b->runsc_root, argv, args);
         f.start_ns = bench_now_ns();
-        if (host_run_ok(argv, note_first, &f, &res, err) < 0)
+        if (host_run_ok(argv, bench_note_first, &f, &res, err) < 0)
                 return -1;
         if (!f.first_ns)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL,

@@ -19,25 +19,12 @@
 #define WARM_RATIO_GOAL 0.25 /* the goal: warm <= 0.25 x cold (p50) */
 #define WARM_REFILL_MS  1500 /* pause before each warm create: the pool refills */
 
-typedef struct first_byte {
-        int64_t first_ns;
-} first_byte;
-
-static void note_first(void *userdata, const uint8_t *data, size_t len)
-{
-        first_byte *f = userdata;
-
-        (void)data;
-        if (len && !f->first_ns)
-                f->first_ns = bench_now_ns();
-}
-
 /* One session's first call: create, exec, first byte. *ret_status: what the create said. */
 static int first_call(bench_ctx *b, uint32_t cpu_millis, double *ret_ms, int *ret_status,
                       cs_error **err)
 {
         static const char *const cmd[] = { "echo", "hi", NULL };
-        first_byte f = { 0 };
+        bench_first_byte f = { 0 };
         int64_t start = bench_now_ns();
         svc_exec_result res;
         char sid[37];
@@ -45,7 +32,7 @@ static int first_call(bench_ctx *b, uint32_t cpu_millis, double *ret_ms, int *re
 
         if (svc_create_ex(b, cpu_millis, sid, ret_status, err) < 0)
                 return -1;
-        r = svc_exec_ok(b, sid, cmd, note_first, &f, &res, err);
+        r = svc_exec_ok(b, sid, cmd, bench_note_first, &f, &res, err);
         if (r == 0 && !f.first_ns)
                 r = cs_error_set(err, GRPC_STATUS_INTERNAL, "`echo hi` printed nothing");
         if (r == 0)

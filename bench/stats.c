@@ -79,6 +79,15 @@ int64_t bench_now_ns(void)
         return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void bench_note_first(void *userdata, const uint8_t *data, size_t len)
+{
+        bench_first_byte *f = userdata;
+
+        (void)data;
+        if (len && !f->first_ns)
+                f->first_ns = bench_now_ns();
+}
+
 double bench_ms_since(int64_t start_ns)
 {
         return (double)(bench_now_ns() - start_ns) / 1e6;
