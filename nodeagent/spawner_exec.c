@@ -56,6 +56,18 @@ static int64_t next_deadline(sp_term *t, bool *ret_idle)
         return *ret_idle ? idle : t->deadline;
 }
 
+/* Whether the exec ended by until (monotonic ms). Once the stop has begun, a poke (the
+ * client going away during the grace, say) changes nothing: only the end or the time does.
+ * (A poke counted as the time up broke the link under an exec that was ending, and every
+ * other exec of the sandbox with it.) */
+static bool wait_end(sp_term *t, int64_t until)
+{
+        while (!spawn_exec_wait(t->e, until))
+                if (cs_now_monotonic_ms() >= until)
+                        return false;
+        return true;
+}
+
 static void *term_main(void *arg)
 {
         sp_term *t = arg;
@@ -79,10 +91,10 @@ static void *term_main(void *arg)
                 }
         }
         term_signal(t, SIGTERM);
-        if (spawn_exec_wait(t->e, cs_now_monotonic_ms() + t->grace_ms))
+        if (wait_end(t, cs_now_monotonic_ms() + t->grace_ms))
                 return NULL;
         term_signal(t, SIGKILL);
-        if (!spawn_exec_wait(t->e, cs_now_monotonic_ms() + SPAWN_KILL_SETTLE_MS))
+        if (!wait_end(t, cs_now_monotonic_ms() + SPAWN_KILL_SETTLE_MS))
                 spawn_link_break(t->l, "the spawner did not report an exec's end after its "
                                        "SIGKILL");
         return NULL;

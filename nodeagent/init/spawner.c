@@ -30,6 +30,7 @@
 #define QUEUE_SOFT        (256 * 1024)
 #define QUEUE_HARD        (1024 * 1024)
 #define EXIT_GRACE_MS     200
+#define KILL_DRAIN_MS     1000 /* see exec_maybe_finish */
 /* After the grace, what is read from a pipe before giving up on it: what the command left in
  * it (a pipe holds 64 KiB, 1 MiB at most when resized), not a background writer's stream. */
 #define LATE_MAX (1024 * 1024)
@@ -74,7 +75,9 @@ typedef struct exec {
         bool started;   /* Started sent: Output may follow */
         bool exited;    /* the shepherd said the command exited */
         bool finishing; /* FINISH sent, waiting for DONE */
-        bool gone;      /* to be freed at the end of this loop turn */
+        bool killed;    /* a SIGKILL for the whole tree came (killed_ms) */
+        int64_t killed_ms;
+        bool gone; /* to be freed at the end of this loop turn */
         int64_t exit_ms;
         int status;
         size_t late[2]; /* bytes read from each pipe after the grace */
@@ -510,6 +513,11 @@ static void exec_signal(exec *e, int signo, bool foreground)
         pid_t pgrp = 0;
         int c;
 
+        if (signo == SIGKILL && !foreground && !e->killed) {
+                e->killed = true;
+                e->killed_ms = init_now_ms();
+        }
+
         /* A terminal's foreground process group, as a key typed there would: only a process
          * of the exec's own session can have made it the terminal's foreground. gVisor has
          * no TIOCGPGRP on a master (ENOTTY) and no tpgid in /proc: there, SIGINT, SIGQUIT and
@@ -817,9 +825,19 @@ static void exec_maybe_finish(exec *e, int64_t now)
         if (!e->exited || e->finishing || (e->ctl < 0 && !e->alone))
                 return;
         for (int s = 0; s < 2; s++) {
+                bool blocked = e->credit == 0 || S.queued >= QUEUE_SOFT;
+
                 if (e->out[s] < 0)
                         continue;
-                if (!past_grace(e, now) || e->credit == 0 || S.queued >= QUEUE_SOFT)
+                /* After a SIGKILL of the tree (the agent's, at the end of a timeout's or a
+                 * cancel's grace), output that finds no taker for KILL_DRAIN_MS is dropped:
+                 * a client that stopped reading must not hold the exec's end back for ever
+                 * (the agent gives up on the spawner 5 s after its SIGKILL). */
+                if (e->killed && blocked && now >= e->killed_ms + KILL_DRAIN_MS) {
+                        close_fd(&e->out[s]);
+                        continue;
+                }
+                if (!past_grace(e, now) || blocked)
                         return;
                 if (exec_read_pipe(e, s, now) < 0)
                         close_fd(&e->out[s]);
@@ -1043,9 +1061,18 @@ static void serve(void)
 
                                 if (left < 0)
                                         left = 0;
-                                /* Past the grace and blocked, credit or the socket wakes us. */
+                                /* Past the grace and blocked, credit or the socket wakes us;
+                                 * or, after a SIGKILL, the end of KILL_DRAIN_MS. */
                                 if (!(left == 0 && blocked) && (timeout < 0 || left < timeout))
                                         timeout = left;
+                                if (e->killed && blocked) {
+                                        int64_t drain = e->killed_ms + KILL_DRAIN_MS - now;
+
+                                        if (drain < 0)
+                                                drain = 0;
+                                        if (timeout < 0 || drain < timeout)
+                                                timeout = drain;
+                                }
                         }
                 }
                 if (S.n_pool > POOL_AHEAD) {
