@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/loop.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,9 +47,14 @@ static int run_mkfs(const char *image, cs_error **err)
         return 0;
 }
 
+/* LOOP_CTL_GET_FREE names the same free device to every caller until one configures it:
+ * the agent's own creates take turns (50 at once lost the race 16 times in a row), and only
+ * another process can still take a device between the two calls. */
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Attaches backing to a free loop device (autoclear: it detaches when its mount goes);
  * returns the device's fd, or -1. */
-static int loop_attach(int backing, char *ret_dev, size_t dev_len, cs_error **err)
+static int loop_attach_locked(int backing, char *ret_dev, size_t dev_len, cs_error **err)
 {
         _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
         struct loop_config cfg = { .fd = (uint32_t)backing,
@@ -77,6 +83,16 @@ static int loop_attach(int backing, char *ret_dev, size_t dev_len, cs_error **er
                         return cs_error_errno(err, errno, "volume: LOOP_CONFIGURE %s", ret_dev);
         }
         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "volume: loop devices busy");
+}
+
+static int loop_attach(int backing, char *ret_dev, size_t dev_len, cs_error **err)
+{
+        int fd;
+
+        pthread_mutex_lock(&loop_lock);
+        fd = loop_attach_locked(backing, ret_dev, dev_len, err);
+        pthread_mutex_unlock(&loop_lock);
+        return fd;
 }
 
 /* The block counters of device rdev (/sys/dev/block/M:m/stat, sectors x 512). */
