@@ -655,12 +655,24 @@ static int exec_input_frame(exec *e, const spawn_agent_frame *f, const char **wh
         default: { /* resize */
                 struct winsize ws = { .ws_row = (unsigned short)f->resize->rows,
                                       .ws_col = (unsigned short)f->resize->cols };
+                struct winsize was;
+                pid_t pgrp;
+                bool changed;
 
                 if (e->pty < 0) {
                         *why = "resize for an exec without a terminal";
                         return -1;
                 }
-                (void)ioctl(e->pty, TIOCSWINSZ, &ws);
+                changed = ioctl(e->pty, TIOCGWINSZ, &was) < 0 || was.ws_row != ws.ws_row ||
+                          was.ws_col != ws.ws_col;
+                if (ioctl(e->pty, TIOCSWINSZ, &ws) < 0 || !changed)
+                        return 0;
+                /* Linux's tty layer sends SIGWINCH to the foreground process group itself.
+                 * gVisor does not (and has no TIOCGPGRP on a master to find that group):
+                 * there the tree gets it, so that a full-screen program redraws; the signal's
+                 * default action is to ignore it. */
+                if (ioctl(e->pty, TIOCGPGRP, &pgrp) < 0)
+                        exec_signal(e, SIGWINCH, false);
                 return 0;
         }
         }

@@ -270,7 +270,9 @@ class ExecSessionTest(StackCase):
         s.stdin(b"tty; stty size; echo TERM=$TERM\n")
         s.wait_out(rb"/dev/pts/\d+")
         s.wait_out(rb"30 100")
-        s.wait_out(rb"TERM=xterm-256color")
+        # The prompt first: readline reads the size and writes it back as it starts a line
+        # (rltty.c, set_winsize), and a resize between the two would be undone, as on Linux.
+        s.wait_out(rb"TERM=xterm-256color\r\n.*# ")
         s.resize(50, 132)
         mark = len(s.out)
         s.stdin(b"stty size\n")
@@ -280,6 +282,24 @@ class ExecSessionTest(StackCase):
         self.assertIsNone(error)
         self.assertEqual(done.exit_code, 3)
         self.assertEqual(err, b"")  # a terminal's stderr is its output
+
+    def test_resize_signals_the_program(self):
+        # Linux's tty layer sends SIGWINCH on a resize, gVisor's does not: the spawner does,
+        # or a full-screen program would never redraw.
+        s = self.session("sh", "-c", "trap 'stty size' WINCH; echo ready; "
+                         "while :; do sleep 0.05; done", tty=True, rows=30, cols=100)
+        s.wait_out(rb"ready")
+        s.resize(50, 132)
+        s.wait_out(rb"50 132")
+        mark = len(s.out)
+        s.resize(50, 132)  # the same size: no signal, as on Linux
+        s.resize(40, 90)
+        s.wait_out(rb"40 90", since=mark)
+        self.assertNotIn(b"50 132", bytes(s.out[mark:]))
+        s.signal(9)
+        out, err, done, error = s.finish()
+        self.assertIsNone(error)
+        self.assertEqual(done.signal, 9)
 
     def test_terminal_default_size(self):
         s = self.session("stty", "size", tty=True)

@@ -53,7 +53,10 @@ class AgentProcess:
         return os.path.join(self.state, "state", "runsc")
 
     def start(self):
+        """Starts the agent and returns once its "serving on" line is logged: the port accepts
+        connections a little before that (the seccomp filter and its log line come last)."""
         log = open(self.log_path, "ab")
+        since = log.tell()
         self.proc = subprocess.Popen(
             self.wrapper + [os.path.join(self.build_dir, "bin", "compute-nodeagent"),
              "--listen", self.address, "--state-dir", os.path.join(self.state, "state"),
@@ -67,14 +70,19 @@ class AgentProcess:
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
+                    pass
+                with open(self.log_path, "rb") as f:
+                    f.seek(since)
+                    if b" serving on " in f.read():
+                        return
             except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    if self.proc.poll() is None:
-                        self.proc.kill()
-                        self.proc.wait()
-                    raise RuntimeError("agent did not start:\n" + self.log())
-                time.sleep(0.05)
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.wait()
+                raise RuntimeError("agent did not start:\n" + self.log())
+            time.sleep(0.02)
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc and self.proc.poll() is None:
