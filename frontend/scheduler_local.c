@@ -5,9 +5,11 @@
  * healthy and whenever it comes back, and by asking the agents about ids not seen yet.
  *
  * Placement: a new session goes to the healthy agent with the fewest live sandboxes (when
- * none is healthy, to the agent with the fewest: its answer decides). A session that has a
- * live sandbox keeps it (creates are serialised per session, and the agent itself refuses a
- * second live sandbox per session). While any agent has never been listed, creates are
+ * none is healthy, to the agent with the fewest: its answer decides); a request for the
+ * default profile first to one that reported warm sandboxes ready (--warm-pool), counted
+ * down here as creates are placed until the next health check reports again. A session
+ * that has a live sandbox keeps it (creates are serialised per session, and the agent itself
+ * refuses a second live sandbox per session). While any agent has never been listed, creates are
  * refused with UNAVAILABLE: that agent might hold the session already.
  *
  * Health (agent_poll) steers placement and the frontend's readiness; it never refuses a call
@@ -45,6 +47,7 @@ typedef struct agent {
         int failed_checks; /* health checks failed in a row */
         bool listed;       /* its sandboxes are in the map */
         uint32_t live;
+        uint32_t warm; /* warm sandboxes ready to be claimed, as last reported (less placed) */
 } agent;
 
 typedef struct entry {
@@ -257,6 +260,7 @@ static void agent_poll(local *l, int idx)
         pthread_mutex_lock(&l->lock);
         l->agents[idx].failed_checks = 0;
         l->agents[idx].live = resp->sandboxes_live;
+        l->agents[idx].warm = resp->warm_ready;
         pthread_mutex_unlock(&l->lock);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         if (!was) {
@@ -359,22 +363,44 @@ static unsigned session_hash(const char *tenant, const char *session)
         return h;
 }
 
+/* Whether spec is the agents' default profile, the one their warm pools hold: no image, no
+ * limits, no workspace settings other than the defaults. (An agent also takes a request that
+ * names its default image from its pool; the frontend does not know that name.) */
+static bool spec_default_profile(const fe_spec *spec)
+{
+        uint64_t size = 0, dflt = 0;
+
+        if (!cs_isempty(spec->size) &&
+            (cs_quantity_parse(spec->size, &size) < 0 ||
+             cs_quantity_parse(CS_DEFAULT_WORKSPACE_SIZE, &dflt) < 0 || size != dflt))
+                return false;
+        return cs_isempty(spec->image) &&
+               (cs_isempty(spec->mount_path) ||
+                strcmp(spec->mount_path, CS_DEFAULT_MOUNT_PATH) == 0) &&
+               (!spec->cpu_millis || spec->cpu_millis == CS_DEFAULT_CPU_MILLIS) &&
+               (!spec->memory_bytes || spec->memory_bytes == CS_DEFAULT_MEMORY);
+}
+
 /* Whether agent a is a better place than agent b (-1: none yet): a healthy agent before one
- * marked down, then the fewest live sandboxes. */
-static bool place_better_locked(const local *l, int a, int b)
+ * marked down, then (warm: the request is the pools' profile) one with a warm sandbox, then
+ * the fewest live sandboxes. */
+static bool place_better_locked(const local *l, bool warm, int a, int b)
 {
         if (b < 0)
                 return true;
         if (l->agents[a].healthy != l->agents[b].healthy)
                 return l->agents[a].healthy;
+        if (warm && (l->agents[a].warm > 0) != (l->agents[b].warm > 0))
+                return l->agents[a].warm > 0;
         return l->agents[a].live < l->agents[b].live;
 }
 
 /* The healthy agent with the fewest live sandboxes, or -1 with why. When every agent is marked
  * down, the one with the fewest: a missed health check is not a refusal, and the create's
  * own call to it tells whether it is really gone. */
-static int place_locked(local *l, cs_error **err)
+static int place_locked(local *l, const fe_spec *spec, cs_error **err)
 {
+        bool warm = spec_default_profile(spec);
         int best = -1;
 
         for (int k = 0; k < l->n_agents; k++) {
@@ -384,11 +410,13 @@ static int place_locked(local *l, cs_error **err)
                                             "node agent %s has not been reachable since this "
                                             "frontend started; it may hold this session",
                                             l->agents[i].addr);
-                if (place_better_locked(l, i, best))
+                if (place_better_locked(l, warm, i, best))
                         best = i;
         }
         l->next_agent = (unsigned)best + 1;
         l->agents[best].live++;
+        if (warm && l->agents[best].warm > 0)
+                l->agents[best].warm--;
         return best;
 }
 
@@ -450,7 +478,7 @@ static int local_create(scheduler *s, const fe_spec *spec, const fe_ctx *ctx, fe
                         idx = e->agent;
                 } else {
                         cs_uuid_generate(id);
-                        idx = place_locked(l, err);
+                        idx = place_locked(l, spec, err);
                 }
                 pthread_mutex_unlock(&l->lock);
                 r = idx < 0 ? -1 : agent_create(l, idx, id, spec, ctx, ret, err);

@@ -151,6 +151,7 @@ static int h_get_agent_info(rpc_call *call, const ProtobufCMessage *req_msg,
         resp->sandboxes_ready = n.ready;
         resp->sandboxes_destroyed = n.destroyed;
         resp->execs_running = n.execs_running;
+        resp->warm_ready = n.warm_ready;
         resp->cpu_millis_allocated = n.cpu_millis_allocated;
         resp->memory_bytes_allocated = n.memory_bytes_allocated;
         return 0;

@@ -73,6 +73,7 @@ typedef struct src_page {
 typedef struct src_counts {
         uint32_t max_sandboxes; /* 0: no cap of the agent's own (kube: the scheduler's) */
         uint32_t live, ready, destroyed, execs_running;
+        uint32_t warm_ready; /* warm sandboxes ready to be claimed (local mode's pool) */
         uint32_t cpu_millis_allocated;
         uint64_t memory_bytes_allocated;
         /* Set (owned by the caller, who logs and frees it) when the counts are incomplete but

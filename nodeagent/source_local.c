@@ -131,10 +131,13 @@ static int local_counts(source *s, src_counts *ret, cs_error **err)
 {
         source_local *l = local_of(s);
         sb_info *infos = NULL;
+        sb_pool_stats pool;
         size_t n = 0;
 
         *ret = (src_counts){ .max_sandboxes = l->max_sandboxes };
         sb_counts(l->reg, &ret->live, &ret->ready, &ret->destroyed, &ret->execs_running);
+        sb_pool_stats_read(l->reg, &pool);
+        ret->warm_ready = pool.ready;
         if (sb_list(l->reg, false, &infos, &n, err) < 0)
                 return -1;
         for (size_t i = 0; i < n; i++) {

@@ -45,6 +45,12 @@ static inline void cs_closep(int *fd)
         }
 }
 
+/* NULL or "": a string field left unset. */
+static inline bool cs_isempty(const char *s)
+{
+        return !s || !*s;
+}
+
 /* Aborts on allocation failure: the service cannot do anything useful without memory and
  * every caller would otherwise carry an untestable error path. */
 void *cs_xmalloc(size_t n);

@@ -186,6 +186,7 @@ class WarmPoolTest(unittest.TestCase):
         info = self.agent.client.GetAgentInfo(self.agent.client.pb.GetAgentInfoRequest(),
                                               timeout=10)
         self.assertEqual(info.sandboxes_live, 0)
+        self.assertEqual(info.warm_ready, POOL)  # the frontend's placement reads it
         ids = [c.create("t", f"s{i}").sandbox_id for i in range(3)]
         self.assertTrue({"cs-" + i for i in ids} <= warm, "not claimed from the pool")
         self.agent.wait_pool_ready()  # back to N

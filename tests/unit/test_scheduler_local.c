@@ -33,6 +33,7 @@ typedef struct fake_agent {
         char sandbox_id[CS_UUID_STRLEN + 1]; /* the one sandbox it holds ("" none) */
         atomic_bool sick;                    /* GetAgentInfo fails (a missed health check) */
         atomic_int creates;                  /* CreateSandbox calls answered */
+        atomic_int warm;                     /* warm sandboxes it reports; a create takes one */
         int status;                          /* its sandbox's compute.v1 status (0: READY) */
         const char *message;                 /* its status_message ("" when NULL) */
         int64_t created_ms;                  /* its created_at (0: unset) */
@@ -77,9 +78,9 @@ static int h_info(rpc_call *call, const ProtobufCMessage *req, ProtobufCMessage 
 
         (void)call;
         (void)req;
-        (void)resp;
         if (atomic_load(&a->sick))
                 return cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED, "busy (a missed check)");
+        ((Nodeagent__V1__GetAgentInfoResponse *)resp)->warm_ready = (uint32_t)atomic_load(&a->warm);
         return 0;
 }
 
@@ -121,6 +122,8 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
 
         (void)err;
         atomic_fetch_add(&a->creates, 1);
+        if (atomic_load(&a->warm) > 0)
+                atomic_fetch_sub(&a->warm, 1);
         resp->sandbox = info_of(call, req->sandbox_id, req->tenant_id, req->session_id,
                                 COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_STARTING);
         resp->created = true;
@@ -290,6 +293,46 @@ static void test_placement_prefers_healthy(void **state)
         fake_agent_stop(&b);
 }
 
+/* A create of the default profile goes first to an agent with warm sandboxes ready, as many
+ * as it reported; a create of another profile, or once none is left, by the usual rule
+ * (round-robin here: neither fake reports live sandboxes). */
+static void test_placement_prefers_warm(void **state)
+{
+        fake_agent a, b;
+        scheduler *s;
+        fe_ctx ctx = ctx_of(10000);
+        char agents[160], session[16];
+        cs_error *err = NULL;
+
+        (void)state;
+        fake_agent_start(&a, false);
+        fake_agent_start(&b, false);
+        snprintf(agents, sizeof(agents), "%s,%s", b.addr, a.addr);
+        atomic_store(&a.warm, 2);
+        s = local_new(agents);
+        await_serving(s, true);
+        usleep(200 * 1000); /* a few polls */
+        for (int i = 0; i < 4; i++) {
+                /* Two of another profile, then two of the default one. */
+                fe_spec spec = { .tenant_id = "t",
+                                 .session_id = session,
+                                 .image = "",
+                                 .cpu_millis = i < 2 ? 500 : 0 };
+                fe_view v = { 0 };
+
+                snprintf(session, sizeof(session), "s%d", i);
+                assert_int_equal(s->ops->create(s, &spec, &ctx, &v, &err), 0);
+                fe_view_clear(&v);
+        }
+        assert_null(err);
+        assert_int_equal(atomic_load(&a.creates), 3);
+        assert_int_equal(atomic_load(&b.creates), 1);
+        assert_int_equal(atomic_load(&a.warm), 0);
+        s->ops->free(s);
+        fake_agent_stop(&a);
+        fake_agent_stop(&b);
+}
+
 /* ListSandboxes merges the agents' sandboxes of the tenant in the listing order, with the
  * failure reason cleaned; an agent that cannot be listed fails the call. */
 static void test_list_merges_agents(void **state)
@@ -386,6 +429,7 @@ int main(void)
                 cmocka_unit_test(test_calls_reach_an_agent_marked_down),
                 cmocka_unit_test(test_gone_agent_fails_by_itself),
                 cmocka_unit_test(test_placement_prefers_healthy),
+                cmocka_unit_test(test_placement_prefers_warm),
                 cmocka_unit_test(test_list_merges_agents),
         };
 
