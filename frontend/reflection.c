@@ -476,7 +476,8 @@ static int reflection_info(rpc_call *call, void *userdata, cs_error **err)
                                   .files = GRPC__REFLECTION__V1__FILE_DESCRIPTOR_RESPONSE__INIT,
                                   .numbers =
                                           GRPC__REFLECTION__V1__EXTENSION_NUMBER_RESPONSE__INIT };
-                int rc = rpc_call_recv(call, CS_REFLECTION_MAX_REQUEST_BYTES, &msg, err);
+                int rc = rpc_call_recv_idle(call, CS_REFLECTION_MAX_REQUEST_BYTES,
+                                            CS_REFLECTION_IDLE_MS, &msg, err);
 
                 if (rc <= 0)
                         return rc;

@@ -14,9 +14,12 @@
 
 /* Bounds of one reflection stream: a request is a name or two (grpcurl's longest are well
  * under 1 KiB), and a tool asks a few dozen of them; past these the stream fails with
- * RESOURCE_EXHAUSTED. */
+ * RESOURCE_EXHAUSTED. A tool asks its questions at once: a stream that asks nothing for
+ * CS_REFLECTION_IDLE_MS ends with DEADLINE_EXCEEDED, so that idle streams cannot hold the
+ * call slots (--max-calls). */
 #define CS_REFLECTION_MAX_REQUEST_BYTES       (16 * 1024)
 #define CS_REFLECTION_MAX_REQUESTS_PER_STREAM 1024
+#define CS_REFLECTION_IDLE_MS                 60000
 
 typedef struct cs_reflection cs_reflection;
 

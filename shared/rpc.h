@@ -224,6 +224,12 @@ int rpc_call_send(rpc_call *call, const ProtobufCMessage *msg, cs_error **err);
  * either way the handler should return, and the layer ends a cancelled call as cancelled. */
 int rpc_call_recv(rpc_call *call, size_t max_bytes, ProtobufCMessage **ret_msg, cs_error **err);
 
+/* rpc_call_recv, except that after idle_ms (> 0) without a message it abandons the read
+ * (rpc_call_recv_abandon: later reads return 0) and returns -1 with DEADLINE_EXCEEDED, for a
+ * stream a client must not hold open doing nothing. idle_ms 0: no limit. */
+int rpc_call_recv_idle(rpc_call *call, size_t max_bytes, int64_t idle_ms,
+                       ProtobufCMessage **ret_msg, cs_error **err);
+
 /* Makes a rpc_call_recv that blocks (and every later one) return 0 at once, e.g. when the
  * handler is done and its reader thread must end while the client still has its side open.
  * A read still pending in gRPC is left to the layer, which drops what it brings. Safe from

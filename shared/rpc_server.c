@@ -573,7 +573,14 @@ int rpc_call_send(rpc_call *c, const ProtobufCMessage *msg, cs_error **err)
 
 int rpc_call_recv(rpc_call *c, size_t max_bytes, ProtobufCMessage **ret_msg, cs_error **err)
 {
+        return rpc_call_recv_idle(c, max_bytes, 0, ret_msg, err);
+}
+
+int rpc_call_recv_idle(rpc_call *c, size_t max_bytes, int64_t idle_ms, ProtobufCMessage **ret_msg,
+                       cs_error **err)
+{
         grpc_op op = { .op = GRPC_OP_RECV_MESSAGE };
+        int64_t until = idle_ms > 0 ? cs_now_monotonic_ms() + idle_ms : INT64_MAX;
         grpc_byte_buffer *bb = NULL;
         grpc_call_error e;
         size_t len;
@@ -609,8 +616,22 @@ int rpc_call_recv(rpc_call *c, size_t max_bytes, ProtobufCMessage **ret_msg, cs_
                 return call_ended_error(c, err);
         }
         pthread_mutex_lock(&c->lock);
-        while (c->recv_pending && !c->recv_abandoned)
-                pthread_cond_wait(&c->cond, &c->lock);
+        while (c->recv_pending && !c->recv_abandoned) {
+                struct timespec ts = { .tv_sec = until / 1000,
+                                       .tv_nsec = (until % 1000) * 1000000 };
+
+                if (until == INT64_MAX)
+                        pthread_cond_wait(&c->cond, &c->lock);
+                else if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT &&
+                         c->recv_pending && !c->recv_abandoned) {
+                        /* The pending read is the layer's now, as after an abandon. */
+                        c->recv_abandoned = true;
+                        pthread_mutex_unlock(&c->lock);
+                        return cs_error_set(err, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                            "%s: no message from the client in %" PRId64 " ms",
+                                            c->method->path, idle_ms);
+                }
+        }
         if (c->recv_pending) { /* abandoned while it waited */
                 pthread_mutex_unlock(&c->lock);
                 return 0;
@@ -804,6 +825,7 @@ static void call_init_request_id(rpc_call *c)
 static rpc_call *call_new(srv_method *sm)
 {
         rpc_call *c = cs_xcalloc(1, sizeof(*c));
+        pthread_condattr_t ca;
         int64_t left;
 
         c->srv = sm->srv;
@@ -824,7 +846,10 @@ static rpc_call *call_new(srv_method *sm)
         rpc_bytes_init(&c->req_bytes);
         c->refs = 2; /* the close op, and the handler (or the refusal batch) */
         pthread_mutex_init(&c->lock, NULL);
-        pthread_cond_init(&c->cond, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* rpc_call_recv_idle */
+        pthread_cond_init(&c->cond, &ca);
+        pthread_condattr_destroy(&ca);
         c->close_tag = (rpc_tag){ .fn = on_close, .owner = c };
         c->send_tag = (rpc_tag){ .fn = on_send, .owner = c };
         c->recv_tag = (rpc_tag){ .fn = on_recv, .owner = c };

@@ -1,6 +1,7 @@
 /* The RPC layer's bidirectional calls, both sides (shared/rpc_server.c, rpc_client.c): a
  * read and a send in flight at once from two threads, echo in step, a handler that ends while
- * its client still has its side open (rpc_call_recv_abandon), and no call left behind. Over
+ * its client still has its side open (rpc_call_recv_abandon), a read with an idle limit
+ * (rpc_call_recv_idle), and no call left behind. Over
  * loopback with test.v1's messages on a path of their own. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -85,6 +86,35 @@ static int duplex(rpc_call *call, void *userdata, cs_error **err)
         return r;
 }
 
+#define IDLE_MS 1000
+
+/* Echo, but a client that sends nothing for IDLE_MS ends the call (DEADLINE_EXCEEDED). */
+static int idle_echo(rpc_call *call, void *userdata, cs_error **err)
+{
+        (void)userdata;
+        for (;;) {
+                Test__V1__EchoRequest *req = NULL;
+                Test__V1__EchoResponse resp = TEST__V1__ECHO_RESPONSE__INIT;
+                int r = rpc_call_recv_idle(call, 1 << 20, IDLE_MS, (ProtobufCMessage **)&req, err);
+
+                if (r <= 0)
+                        return r;
+                resp.text = req->text;
+                r = rpc_call_send(call, &resp.base, err);
+                protobuf_c_message_free_unpacked(&req->base, NULL);
+                if (r < 0)
+                        return -1;
+        }
+}
+
+static const rpc_bidi_method idle_method = {
+        "/test.v1.Echo/Idle",
+        &test__v1__echo_request__descriptor,
+        &test__v1__echo_response__descriptor,
+        idle_echo,
+        NULL,
+};
+
 static const rpc_bidi_method chat_method = {
         "/test.v1.Echo/Chat",
         &test__v1__echo_request__descriptor,
@@ -114,6 +144,7 @@ static int setup(void **state)
         server = rpc_server_new(&opts);
         assert_int_equal(rpc_server_add_bidi_method(server, &chat_method, &err), 0);
         assert_int_equal(rpc_server_add_bidi_method(server, &duplex_method, &err), 0);
+        assert_int_equal(rpc_server_add_bidi_method(server, &idle_method, &err), 0);
         assert_int_equal(rpc_server_start(server, &err), 0);
         snprintf(target, sizeof(target), "127.0.0.1:%d", rpc_server_port(server));
         channel = rpc_channel_new(target);
@@ -232,11 +263,43 @@ static void test_duplex_and_abandoned_read(void **state)
         wait_idle();
 }
 
+/* A client that keeps sending is served past the idle limit; one that stops is ended with
+ * DEADLINE_EXCEEDED, and the call is gone. */
+static void test_idle_limit(void **state)
+{
+        rpc_call_options opts = { .timeout_ms = 30000 };
+        rpc_stream *st = NULL;
+        cs_error *err = NULL;
+        ProtobufCMessage *msg = NULL;
+
+        (void)state;
+        assert_int_equal(rpc_stream_open_bidi(channel, "/test.v1.Echo/Idle",
+                                              &test__v1__echo_response__descriptor, &opts, &st,
+                                              &err),
+                         0);
+        for (int i = 0; i < 8; i++) { /* 8 x IDLE_MS / 5: longer than the limit in all */
+                Test__V1__EchoRequest req = TEST__V1__ECHO_REQUEST__INIT;
+
+                req.text = "still here";
+                assert_int_equal(rpc_stream_send(st, &req.base, &err), 0);
+                assert_int_equal(rpc_stream_read(st, &msg, &err), 1);
+                protobuf_c_message_free_unpacked(msg, NULL);
+                usleep(IDLE_MS / 5 * 1000);
+        }
+        assert_int_equal(rpc_stream_read(st, &msg, &err), -1);
+        assert_int_equal(err->code, GRPC_STATUS_DEADLINE_EXCEEDED);
+        assert_non_null(strstr(err->msg, "no message from the client in 1000 ms"));
+        cs_error_free(err);
+        rpc_stream_free(st);
+        wait_idle();
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_echo_in_step),
                 cmocka_unit_test(test_duplex_and_abandoned_read),
+                cmocka_unit_test(test_idle_limit),
         };
 
         return cmocka_run_group_tests(tests, setup, teardown);
