@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "proc.h"
 #include "spawner_exec.h"
 #include "util.h"
@@ -709,4 +711,34 @@ out:
                         close(errp[i]);
         }
         return r;
+}
+
+/* --- a warm sandbox's warm-up ---------------------------------------------------------- */
+
+static int discard_output(void *userdata, int stream, const uint8_t *data, size_t len,
+                          cs_error **err)
+{
+        (void)userdata;
+        (void)stream;
+        (void)data;
+        (void)len;
+        (void)err;
+        return 0;
+}
+
+void exec_warm_up(sb_registry *reg, sandbox *sb, void *rt)
+{
+        exec_request req = { .command = "true", .timeout_ms = EXEC_WARM_UP_TIMEOUT_MS };
+        exec_sink sink = { .write = discard_output, .cancel_fd = -1 };
+        exec_result res = { 0 };
+        cs_error *err = NULL;
+
+        if (exec_run(reg, rt, sb, &req, &sink, &res, &err) < 0) {
+                log_warn("sandbox %s: warm-up: %s", sb_container_id(sb), err->msg);
+                cs_error_free(err);
+                return;
+        }
+        cs_error_free(res.input_err);
+        log_debug("sandbox %s: warm-up `true` (%s): exit code %d, %" PRId64 " ms",
+                  sb_container_id(sb), res.path ? res.path : "?", res.exit_code, res.wall_ms);
 }

@@ -103,6 +103,14 @@ typedef struct exec_sink {
         int cancel_fd; /* readable once the caller cancelled; -1: none */
 } exec_sink;
 
+/* A warm sandbox's first command (sb_config.warm_up; data: its runtime), run before it may be
+ * claimed: `true`, output dropped, so that the session's first exec does not pay for the
+ * sandbox's first process start (the dynamic loader and libc read in through the gofer):
+ * that exec's p50 was 67 ms against 41 ms after one `true` (docs/performance.md). A failure
+ * is logged; the sandbox stays warm. */
+#define EXEC_WARM_UP_TIMEOUT_MS 10000
+void exec_warm_up(sb_registry *reg, sandbox *sb, void *rt);
+
 /* Checks the request against the caps (INVALID_ARGUMENT). */
 int exec_validate(const exec_request *req, cs_error **err);
 

@@ -21,6 +21,7 @@
 #include "cgroup.h"
 #include "agent_metrics.h"
 #include "daemon.h"
+#include "exec.h"
 #include "image_cmd.h"
 #include "kube.h"
 #include "privs.h"
@@ -396,6 +397,10 @@ static int agent_open(agent *a, cs_error **err)
                 return -1;
         sc.spawner = a->spawner;
         sc.spawner_binary = a->spawner_binary;
+        if (warm_pool) {
+                sc.warm_up = exec_warm_up;
+                sc.warm_up_data = a->rt;
+        }
         if (sb_registry_open(&sc, a->rt, &a->cg, registry_log, &a->reg, err) < 0)
                 return -1;
         a->src = kube ? source_kube_new(kube_finder_for(a->rt), a->reg, a->rt)

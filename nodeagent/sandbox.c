@@ -341,6 +341,7 @@ static void *starter_main(void *arg)
         if (!gone && r == 0) {
                 sb->status = SB_READY;
                 sb->host_pid = pid;
+                sb->warming = sb->pool && reg->cfg.warm_up;
                 sandbox_set_message_locked(sb, "");
                 pthread_cond_broadcast(&reg->cond);
         } else if (!gone) {
@@ -372,6 +373,13 @@ static void *starter_main(void *arg)
                 sandbox_persist(reg, sb);
         }
         cs_error_free(err);
+        if (!gone && r == 0 && sb->warming) {
+                reg->cfg.warm_up(reg, sb, reg->cfg.warm_up_data);
+                pthread_mutex_lock(&reg->lock);
+                sb->warming = false;
+                pthread_cond_broadcast(&reg->cond);
+                pthread_mutex_unlock(&reg->lock);
+        }
         pthread_mutex_lock(&reg->lock);
         sb->refs--;
         reg->starters--;

@@ -61,6 +61,9 @@ typedef struct sb_info {
 
 void sb_info_clear(sb_info *info);
 
+typedef struct sb_registry sb_registry;
+typedef struct sandbox sandbox;
+
 typedef struct sb_config {
         const char *state_dir;
         const char *images_dir;     /* image rootfs directories: <images_dir>/<image> */
@@ -84,6 +87,10 @@ typedef struct sb_config {
         /* Local mode: warm sandboxes of the default profile kept READY (0..SB_WARM_POOL_MAX;
          * 0: none). A create of that profile claims one (sandbox_pool.c). */
         uint32_t warm_pool;
+        /* Run on a warm sandbox once it is running, before it may be claimed (NULL: none):
+         * exec_warm_up, with warm_up_data its runtime. */
+        void (*warm_up)(sb_registry *reg, sandbox *sb, void *data);
+        void *warm_up_data;
 } sb_config;
 
 #define SB_WARM_POOL_MAX 64
@@ -95,9 +102,6 @@ typedef struct sb_pool_stats {
         uint64_t hits, misses;
         const struct cs_histogram *claim_seconds;
 } sb_pool_stats;
-
-typedef struct sb_registry sb_registry;
-typedef struct sandbox sandbox;
 
 void sb_pool_stats_read(sb_registry *reg, sb_pool_stats *ret);
 

@@ -123,6 +123,9 @@ struct sandbox {
          * max_runtime_ms, created_at_ms and started_mono_ms change once, at its claim, under
          * the lock, while only the registry's own threads hold it. */
         bool pool, claiming;
+        /* A warm sandbox running its warm-up command (sb_config.warm_up): READY, not yet
+         * claimable. Under the lock. */
+        bool warming;
         /* Counters at the claim, subtracted from the cgroup's and network's (the warm idle
          * time is the operator's): 0 for a sandbox that was never warm. Under the lock. */
         uint64_t base_cpu_ns, base_io_read, base_io_written, base_net_rx, base_net_tx;

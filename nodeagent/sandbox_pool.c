@@ -14,7 +14,9 @@
  * never leaked. The frontend keeps no pool state: it never sees warm sandboxes.
  *
  * A warm sandbox (sb->pool): tenant_id and session_id "", invisible to lookups by id,
- * listings and counts (so to every tenant, placement and admission), never expires. Its
+ * listings and counts (so to every tenant, placement and admission), never expires; once
+ * READY it runs its warm-up (sb_config.warm_up, in its starter thread) and is claimable only
+ * after that (sb->warming). Its
  * claim (sandbox_pool_finish) rebases its usage on its counters at the claim
  * (sandbox_usage_rebase: cgroup CPU and block I/O, network, volume counters subtracted;
  * memory samples forgotten; memory peak reset on cgroup v1), and sets created_at and
@@ -63,7 +65,8 @@ bool sandbox_pool_matches(const sb_spec *spec)
 sandbox *sandbox_pool_take_locked(sb_registry *reg, const sb_spec *spec)
 {
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
-                if (!sb->pool || sb->claiming || sb->destroying || sb->status != SB_READY)
+                if (!sb->pool || sb->claiming || sb->destroying || sb->warming ||
+                    sb->status != SB_READY)
                         continue;
                 sb->claiming = true;
                 free(sb->tenant_id);
@@ -120,8 +123,8 @@ void sb_pool_stats_read(sb_registry *reg, sb_pool_stats *ret)
         for (sandbox *sb = reg->list; sb; sb = sb->next) {
                 if (!sb->pool || sb->claiming || sb->destroying)
                         continue;
-                ret->ready += sb->status == SB_READY;
-                ret->starting += sb->status == SB_STARTING;
+                ret->ready += sb->status == SB_READY && !sb->warming;
+                ret->starting += sb->status == SB_STARTING || sb->warming;
         }
         ret->hits = reg->pool_hits;
         ret->misses = reg->pool_misses;
@@ -152,7 +155,7 @@ static bool want_one_locked(sb_registry *reg, const sb_spec *spec)
                 if (!sb->pool || sb->claiming || sb->destroying)
                         continue;
                 warm += sb->status == SB_STARTING || sb->status == SB_READY;
-                starting += sb->status == SB_STARTING;
+                starting += sb->status == SB_STARTING || sb->warming;
         }
         if (warm >= reg->cfg.warm_pool || starting >= POOL_PARALLEL ||
             cs_now_monotonic_ms() < reg->pool_retry_at_ms ||

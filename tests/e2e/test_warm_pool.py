@@ -187,6 +187,9 @@ class WarmPoolTest(unittest.TestCase):
                                               timeout=10)
         self.assertEqual(info.sandboxes_live, 0)
         self.assertEqual(info.warm_ready, POOL)  # the frontend's placement reads it
+        # Each warm sandbox ran its warm-up through its spawner before it could be claimed.
+        self.assertGreaterEqual(len(re.findall(r"warm-up `true` \(spawner\): exit code 0",
+                                               self.agent.log())), POOL, self.agent.log()[-3000:])
         ids = [c.create("t", f"s{i}").sandbox_id for i in range(3)]
         self.assertTrue({"cs-" + i for i in ids} <= warm, "not claimed from the pool")
         self.agent.wait_pool_ready()  # back to N
