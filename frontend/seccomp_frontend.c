@@ -11,6 +11,7 @@
 const char *const frontend_seccomp_allow[] = {
         /* memory */
         "brk", "madvise", "mmap", "mprotect", "munmap",
+        "mremap", /* glibc's realloc of a large block (a kube listing of thousands of pods) */
         /* threads and scheduling */
         "clock_nanosleep", "clone3", "exit", "exit_group", "futex", "rseq", "sched_getparam",
         "sched_getscheduler", "sched_yield", "set_robust_list", "set_tid_address", "tgkill",
