@@ -37,13 +37,17 @@ class FrontendProcess:
 
     def start(self, timeout=60):
         log = open(self.log_path, "ab")
+        since = log.tell()
         self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + timeout
         client = self.client()
         try:
-            # Serving once a validation error comes back (nothing needs an agent for it).
-            while code_of(client.describe, "x") != grpc.StatusCode.INVALID_ARGUMENT:
+            # Serving once a validation error comes back (nothing needs an agent for it) and
+            # the "serving on" line is logged (the seccomp filter and its line come after the
+            # port opens).
+            while (code_of(client.describe, "x") != grpc.StatusCode.INVALID_ARGUMENT or
+                   b" serving on " not in self.log_bytes(since)):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     if self.proc.poll() is None:
                         self.proc.kill()
@@ -60,8 +64,12 @@ class FrontendProcess:
         return self.proc.returncode
 
     def log(self):
+        return self.log_bytes().decode(errors="replace")
+
+    def log_bytes(self, since=0):
         with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
+            f.seek(since)
+            return f.read()
 
     def sanitizer_report(self):
         """The end of the log if a sanitizer reported anything, else ''."""
