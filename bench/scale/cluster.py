@@ -24,6 +24,7 @@ Usage: cluster.py STATE_DIR NODES AGENT_PORTS_JSON. Prints one JSON line {"kubec
                                         watch's resume gets 410 Gone, so the frontends relist
   {"cmd": "gc_pvcs", "n": N}            makes N destroyed workspace PVCs past delete-after
                                         (copies of a live one)
+  {"cmd": "sample"}                     one sandbox pod and one PVC, as stored
   {"cmd": "count_pvcs"}                 PVCs in the sandbox namespace
   {"cmd": "agent", "node": I, "up": B}  node I's agent pod Running (B) or not (rollout)
 """
@@ -172,6 +173,12 @@ def main():
                 out["pods"] = len(api.store.objects["pods"])
                 out["pvcs"] = len(api.store.objects["persistentvolumeclaims"])
             out["requests"] = len(api.request_log)
+        elif cmd == "sample":
+            with api.store.lock:
+                out["pod"] = next((o for k, o in api.store.objects["pods"].items()
+                                   if k[0] == SANDBOX_NS), None)
+                out["pvc"] = next((o for k, o in api.store.objects["persistentvolumeclaims"].items()
+                                   if k[0] == SANDBOX_NS), None)
         elif cmd == "written":
             with sim.lock:
                 out["written"] = {i: sim.written.get(i) for i in c["ids"]}
