@@ -14,6 +14,7 @@ import concurrent.futures
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import subprocess
@@ -123,6 +124,10 @@ class Frontend:
 
     def mem(self):
         return proc_mem(self.proc.pid)
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
 
     def stop(self):
         for c in self.clients:
@@ -408,10 +413,12 @@ class Harness:
         peak = max(max(s[2]) for s in self.mem_samples if s[0] >= t_exp)
         F["relist_rss_before"], F["relist_rss_peak"] = before, peak
         F["relist_hwm"] = [m[1] for m in self.fe_mem()]
-        print("  forced 410 relist: %d LIST pages, last done %.2f s after the expiry "
-              "(API time %.2f s); RSS %.1f -> peak %.1f MiB; %d errors" % (
-                  len(lists), F["relist_s"], F["relist_api_s"], before / MiB, peak / MiB,
-                  self.phase_errors()), flush=True)
+        F["relists_logged"] = sum(f.log().count("(410 Gone); listing again")
+                                  for f in self.frontends)
+        print("  forced 410 relist: %d caches relisted (frontend logs), %d LIST pages, last "
+              "done %.2f s after the expiry (API time %.2f s); RSS %.1f -> peak %.1f MiB; %d "
+              "errors" % (F["relists_logged"], len(lists), F["relist_s"], F["relist_api_s"],
+                          before / MiB, peak / MiB, self.phase_errors()), flush=True)
 
         # 6. GC pass over PVCs past their delete-after
         self.phase = "gc"
@@ -427,13 +434,16 @@ class Harness:
                                   "--agent-namespace", AGENT_NS], stdout=log,
                                  stderr=subprocess.STDOUT)
         F["gc_s"] = time.monotonic() - t0
+        # the largest child reaped so far: the GC (the helpers and frontends still run)
+        F["gc_maxrss"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
         n2 = self.cluster.cmd(cmd="count_pvcs")["pvcs"]
         F["gc"] = {"rc": rc, "pvcs_before": n1, "deleted": n1 - n2, "expected": n1 - n0}
         if rc != 0 or n1 - n2 != a.gc_pvcs:
             with self.lock:
                 self.errors[("gc", "gc", "rc=%d deleted=%d" % (rc, n1 - n2))] += 1
-        print("  GC pass over %d PVCs past delete-after (of %d): %.1f s, deleted %d, exit %d"
-              % (a.gc_pvcs, n1, F["gc_s"], n1 - n2, rc), flush=True)
+        print("  GC pass over %d PVCs past delete-after (of %d): %.1f s, deleted %d, exit %d, "
+              "peak RSS %.1f MiB" % (a.gc_pvcs, n1, F["gc_s"], n1 - n2, rc,
+                                     F["gc_maxrss"] / MiB), flush=True)
 
         # 7. rolling restart of the agents, the mix going on
         self.phase = "agent-roll"
@@ -488,11 +498,12 @@ class Harness:
             F["requests_per_create"], F["requests_per_create_by"]), "<= 3",
             F["requests_per_create"] <= 3))
         rows.append(("API requests/s during ramp", "%.0f" % F["api_rps_ramp"], "", None))
-        rows.append(("relist (forced 410)", "%.2f s, %d LIST pages; RSS %.1f -> peak %.1f MiB"
-                     % (F["relist_s"], F["relist_requests"], F["relist_rss_before"] / MiB,
+        rows.append(("relist (forced 410)", "%.2f s, %d caches, %d LIST pages; RSS %.1f -> "
+                     "peak %.1f MiB" % (F["relist_s"], F["relists_logged"], F["relist_requests"],
+                                        F["relist_rss_before"] / MiB,
                         F["relist_rss_peak"] / MiB), "", None))
-        rows.append(("GC pass", "%.1f s for %d PVCs (deleted %d)" % (
-            F["gc_s"], a.gc_pvcs, F["gc"]["deleted"]), "", None))
+        rows.append(("GC pass", "%.1f s for %d PVCs (deleted %d), peak RSS %.1f MiB" % (
+            F["gc_s"], a.gc_pvcs, F["gc"]["deleted"], F["gc_maxrss"] / MiB), "", None))
         rows.append(("agent rolling restart", "%.0f s" % F["roll_s"], "", None))
         er = sum(v for k, v in self.errors.items() if k[0] in ("apiserver-restart", "relist"))
         rows.append(("errors through API restart + relist", str(er), "0", er == 0))
