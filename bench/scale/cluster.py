@@ -171,7 +171,9 @@ def main():
             marks[c["name"]] = len(api.request_log)
         elif cmd == "since":
             log = list(api.request_log)[marks[c["name"]]:]
-            out["requests"] = [[r["method"], *resource_of(r["path"]), r["code"],
+            out["requests"] = [[r["method"], resource_of(r["path"])[0],
+                                resource_of(r["path"])[1] if r["method"] == "GET" else "write",
+                                r["code"],
                                 round(r["seconds"], 6), r["time"], "limit=" in r["path"]]
                                for r in log]
         elif cmd == "stats":
