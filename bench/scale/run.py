@@ -524,10 +524,12 @@ class Harness:
         rcs = [f.stop() for f in self.frontends]
         self.cluster.close()
         self.agents.close()
-        if all(rc == 0 for rc in rcs) and not self.args.keep:
+        clean = all(rc == 0 for rc in rcs)
+        if clean and not self.args.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
             print("logs kept in %s (frontend exit codes %s)" % (self.dir, rcs))
+        return clean
 
 
 def main():
@@ -553,12 +555,14 @@ def main():
     if a.gc_pvcs is None:
         a.gc_pvcs = a.sandboxes
     h = Harness(a)
+    clean = False
     try:
         h.run()
         h.report()
     finally:
-        h.close()
+        clean = h.close()
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
