@@ -372,10 +372,22 @@ class Harness:
             with self.lock:
                 self.destroy_s.append(time.monotonic() - t0)
             self.ok("destroy")
-        self.paced(pool, len(victims), a.rate, destroy)
+        # the first tenth alone (the mix paused): API requests per destroy
+        alone = max(1, len(victims) // 10)
+        self.mix_on.clear()
+        time.sleep(1)
+        self.cluster.cmd(cmd="mark", name="destroys")
+        self.paced(pool, alone, a.rate, destroy)
+        reqs = self.cluster.cmd(cmd="since", name="destroys")["requests"]
+        by = collections.Counter("%s %s" % (r[0], r[1]) for r in reqs if r[2] != "watch")
+        F["requests_per_destroy"] = sum(by.values()) / alone
+        F["requests_per_destroy_by"] = {k: v / alone for k, v in sorted(by.items())}
+        self.mix_on.set()
+        self.paced(pool, len(victims) - alone, a.rate, lambda i: destroy(alone + i))
         F["destroy_p50"], F["destroy_p99"] = pct(self.destroy_s, 50), pct(self.destroy_s, 99)
-        print("  %d destroys: p50 %.1f ms p99 %.1f ms" % (
-            len(victims), 1e3 * F["destroy_p50"], 1e3 * F["destroy_p99"]), flush=True)
+        print("  %d destroys: p50 %.1f ms p99 %.1f ms; %.2f API requests per destroy %s" % (
+            len(victims), 1e3 * F["destroy_p50"], 1e3 * F["destroy_p99"],
+            F["requests_per_destroy"], F["requests_per_destroy_by"]), flush=True)
 
         # 4. API-server restart (down 2 s), creates and the mix going on
         self.phase = "apiserver-restart"
