@@ -15,15 +15,21 @@
 /* The longest a Retry-After from the API server makes a request wait. */
 #define API_RETRY_AFTER_MAX_MS 30000
 #define API_BACKOFF_MS         200
+#define API_BACKOFF_MAX_MS     1000
+/* How long a request keeps trying while the API server cannot be reached at all (refused,
+ * reset: it is restarting or being rolled), within the call's deadline. Answers (429, 5xx)
+ * count against API_ATTEMPTS instead. */
+#define API_UNREACHABLE_MS 10000
 
 static bool transient(long status)
 {
         return status == 429 || status >= 500;
 }
 
-/* Sends one request, trying again after transport failures, 429 and 5xx (API_ATTEMPTS in
- * all, within the call's deadline, each attempt bounded by what is left of it and ended by
- * the call's cancellation; the Status body's retryAfterSeconds is honoured when it fits).
+/* Sends one request, trying again after transport failures (for up to API_UNREACHABLE_MS),
+ * 429 and 5xx (API_ATTEMPTS answers in all), within the call's deadline, each attempt
+ * bounded by what is left of it and ended by the call's cancellation; the Status body's
+ * retryAfterSeconds is honoured when it fits.
  * 0 with *ret for any other answer, whatever its status (the caller decides what a 404 or
  * 409 means); -1 with UNAVAILABLE when every attempt failed, DEADLINE_EXCEEDED when the
  * call's deadline passed, or the client's own error (INTERNAL: a malformed answer). */
@@ -31,15 +37,15 @@ int kapi_request(kube_client *kc, const fe_ctx *ctx, const char *method, const c
                  json_t *body, kube_response *ret, cs_error **err)
 {
         const fe_ctx none = FE_CTX_NONE;
-        int64_t deadline, delay = API_BACKOFF_MS;
-        int cancel_fd;
+        int64_t deadline, delay = API_BACKOFF_MS, start = cs_now_monotonic_ms();
+        int cancel_fd, answers = 0;
 
         if (!ctx)
                 ctx = &none;
         deadline = ctx->deadline_ms;
         cancel_fd = ctx->cancel_fd;
 
-        for (int attempt = 1;; attempt++) {
+        for (;;) {
                 _cleanup_error_ cs_error *e = NULL;
                 _cleanup_free_ char *why = NULL;
                 kube_response resp = { 0 };
@@ -74,12 +80,14 @@ int kapi_request(kube_client *kc, const fe_ctx *ctx, const char *method, const c
                                 wait = (int64_t)min64(ra, API_RETRY_AFTER_MAX_MS / 1000) * 1000;
                         kube_response_clear(&resp);
                 }
-                if (attempt >= API_ATTEMPTS || fe_ctx_cancelled(ctx) ||
+                if ((e ? cs_now_monotonic_ms() + wait - start > API_UNREACHABLE_MS
+                       : ++answers >= API_ATTEMPTS) ||
+                    fe_ctx_cancelled(ctx) ||
                     (deadline != INT64_MAX && cs_now_monotonic_ms() + wait >= deadline))
                         return cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
                                             "Kubernetes API %s %s: %s", method, path, why);
                 fe_ctx_sleep(ctx, min64(wait, API_RETRY_AFTER_MAX_MS));
-                delay *= 2;
+                delay = min64(delay * 2, API_BACKOFF_MAX_MS);
         }
 }
 

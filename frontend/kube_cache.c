@@ -43,7 +43,11 @@ struct kube_cache {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         json_t *objects; /* name -> object */
-        char *rv;        /* of the collection: the last list, event or bookmark */
+        /* kube_cache_find_label's index, made by its first call: the value of label
+         * index_key -> the name of the last object stored with it (checked on use). */
+        char *index_key;
+        json_t *index;
+        char *rv; /* of the collection: the last list, event or bookmark */
         uint64_t version;
         bool synced, stopping;
         char *last_error;
@@ -199,6 +203,44 @@ static char *list_path(kube_cache *c, const char *cont)
                             cont_q ? "&continue=" : "", cont_q ? cont_q : "");
 }
 
+static bool str_eq(const char *a, const char *b)
+{
+        return a && b && strcmp(a, b) == 0;
+}
+
+static const char *label_of(json_t *obj, const char *key)
+{
+        return json_string_value(kube_get_key(obj, "metadata", "labels", key, NULL));
+}
+
+/* Notes that the object stored under name carries its index label (if it does). */
+static void index_put_locked(kube_cache *c, const char *name, json_t *obj)
+{
+        const char *v = c->index_key ? label_of(obj, c->index_key) : NULL;
+
+        if (v)
+                json_object_set_new(c->index, v, json_string(name));
+}
+
+static void index_rebuild_locked(kube_cache *c)
+{
+        const char *name;
+        json_t *obj;
+
+        if (!c->index_key)
+                return;
+        json_object_clear(c->index);
+        json_object_foreach(c->objects, name, obj) index_put_locked(c, name, obj);
+}
+
+/* What the cache keeps of an object: all but metadata.managedFields, which nothing here
+ * reads and which is a large part of a real API server's objects (client-go's informers
+ * drop it the same way, with a transform). */
+static void trim(json_t *obj)
+{
+        json_object_del(json_object_get(obj, "metadata"), "managedFields");
+}
+
 /* Reads one page into objects; *ret_cont is the continue token (NULL on the last page).
  * 1 when the continue token expired, 0 on success, -1 on failure (noted). */
 static int list_page(kube_cache *c, const char *cont, json_t *objects, char **ret_rv,
@@ -229,8 +271,10 @@ static int list_page(kube_cache *c, const char *cont, json_t *objects, char **re
         json_array_foreach(items, i, item)
         {
                 const char *name = kube_get_str(item, "metadata.name");
-                if (name)
+                if (name) {
+                        trim(item);
                         json_object_set(objects, name, item);
+                }
         }
         s = kube_get_str(resp.body, "metadata.resourceVersion");
         if (!*ret_rv && s)
@@ -259,6 +303,7 @@ static int do_list(kube_cache *c)
                         pthread_mutex_lock(&c->lock);
                         json_decref(c->objects);
                         c->objects = objects;
+                        index_rebuild_locked(c);
                         set_rv_locked(c, rv);
                         c->version++;
                         if (!c->synced)
@@ -306,13 +351,20 @@ static void apply_locked(kube_cache *c, const char *type, json_t *obj)
                 json_t *old = json_object_get(c->objects, name);
                 const char *uid = kube_get_str(obj, "metadata.uid");
                 const char *old_uid = old ? kube_get_str(old, "metadata.uid") : NULL;
-                if (!uid || !old_uid || strcmp(uid, old_uid) == 0)
+                if (!uid || !old_uid || strcmp(uid, old_uid) == 0) {
+                        const char *v = c->index_key ? label_of(old, c->index_key) : NULL;
+                        if (v && str_eq(json_string_value(json_object_get(c->index, v)), name))
+                                json_object_del(c->index, v);
                         json_object_del(c->objects, name);
+                }
         } else {
                 json_t *old = json_object_get(c->objects, name);
                 /* An upsert may have put a newer copy there already. */
-                if (!old || rv_cmp(obj_rv(old), rv) != 1)
+                if (!old || rv_cmp(obj_rv(old), rv) != 1) {
+                        trim(obj);
                         json_object_set(c->objects, name, obj);
+                        index_put_locked(c, name, obj);
+                }
         }
         set_rv_locked(c, rv);
         c->version++;
@@ -510,6 +562,8 @@ void kube_cache_free(kube_cache *c)
         if (c->stop_fd >= 0)
                 close(c->stop_fd);
         json_decref(c->objects);
+        json_decref(c->index);
+        free(c->index_key);
         free(c->rv);
         free(c->last_error);
         free(c->path);
@@ -575,10 +629,30 @@ static bool match_label(json_t *obj, void *userdata)
         return v && strcmp(v, m->value) == 0;
 }
 
+/* By the index (one label per cache, the first asked for: the sandbox id); a scan for any
+ * other label, or when the index's entry is stale (the object's label changed). */
 json_t *kube_cache_find_label(kube_cache *c, const char *key, const char *value)
 {
         label_match m = { key, value };
+        json_t *obj = NULL;
+        const char *name;
 
+        pthread_mutex_lock(&c->lock);
+        if (!c->index_key) {
+                c->index_key = cs_xstrdup(key);
+                c->index = json_object();
+                index_rebuild_locked(c);
+        }
+        if (strcmp(c->index_key, key) == 0) {
+                name = json_string_value(json_object_get(c->index, value));
+                obj = name ? json_object_get(c->objects, name) : NULL;
+                if (!name || (obj && str_eq(label_of(obj, key), value))) {
+                        json_incref(obj);
+                        pthread_mutex_unlock(&c->lock);
+                        return obj;
+                }
+        }
+        pthread_mutex_unlock(&c->lock);
         return kube_cache_find(c, match_label, &m);
 }
 
@@ -617,7 +691,10 @@ void kube_cache_upsert(kube_cache *c, json_t *obj)
         pthread_mutex_lock(&c->lock);
         old = json_object_get(c->objects, name);
         if (old ? rv_cmp(rv, obj_rv(old)) > 0 : rv_cmp(rv, c->rv) > 0) {
-                json_object_set_new(c->objects, name, json_deep_copy(obj));
+                json_t *copy = json_deep_copy(obj);
+                trim(copy);
+                json_object_set_new(c->objects, name, copy);
+                index_put_locked(c, name, copy);
                 c->version++;
                 pthread_cond_broadcast(&c->cond);
         }

@@ -1,5 +1,6 @@
 /* A list+watch cache ("informer") of one Kubernetes collection: the objects of one path
- * (e.g. /api/v1/namespaces/NS/pods) that match one label selector, kept by name.
+ * (e.g. /api/v1/namespaces/NS/pods) that match one label selector, kept by name without
+ * their metadata.managedFields (nothing reads them; they are much of a real object).
  *
  * A thread of its own LISTs the collection (in pages), then WATCHes it from the list's
  * resourceVersion with bookmarks, resuming from the last resourceVersion seen when a watch

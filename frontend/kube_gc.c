@@ -66,18 +66,20 @@ static void gc_pods(kube_client *kc, const char *ns, json_t *pods, json_t *destr
         }
 }
 
-/* Whether any of the objects carries the sandbox-id label id. */
-static bool has_sandbox(json_t *objects, const char *id)
+/* The sandbox-id labels the objects carry, as the keys of an object (a set): a lookup per
+ * object, not a scan of the other list (10,000 pods against 20,000 PVCs took minutes). */
+static json_t *sandbox_ids(json_t *objects)
 {
-        json_t *o;
+        json_t *set = json_object(), *o;
         size_t i;
 
         json_array_foreach(objects, i, o)
         {
-                if (kobj_streq0(kobj_label(o, LABEL_SANDBOX_ID), id))
-                        return true;
+                const char *id = kobj_label(o, LABEL_SANDBOX_ID);
+                if (id)
+                        json_object_set_new(set, id, json_true());
         }
-        return false;
+        return set;
 }
 
 static int64_t age_ms(json_t *obj, int64_t now_ms)
@@ -99,6 +101,7 @@ static int64_t age_ms(json_t *obj, int64_t now_ms)
 static unsigned gc_orphans(kube_client *kc, const char *ns, json_t *pvcs, json_t *pods,
                            int64_t now_ms, int64_t grace_s)
 {
+        _cleanup_json_ json_t *pod_ids = sandbox_ids(pods), *pvc_ids = sandbox_ids(pvcs);
         char now[32], after[32];
         unsigned changed = 0;
         json_t *o;
@@ -116,7 +119,7 @@ static unsigned gc_orphans(kube_client *kc, const char *ns, json_t *pvcs, json_t
                            *name = kube_get_str(o, "metadata.name");
 
                 if (!id || !name || kobj_annotation(o, ANN_DELETE_AFTER) || kobj_being_deleted(o) ||
-                    age_ms(o, now_ms) < GC_ORPHAN_AGE_MS || has_sandbox(pods, id))
+                    age_ms(o, now_ms) < GC_ORPHAN_AGE_MS || json_object_get(pod_ids, id))
                         continue;
                 path = cs_xasprintf("/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
                 patch = json_pack("{s:{s:s?, s:{s:s, s:s}}}", "metadata", "resourceVersion",
@@ -139,7 +142,7 @@ static unsigned gc_orphans(kube_client *kc, const char *ns, json_t *pvcs, json_t
                 const char *id = kobj_label(o, LABEL_SANDBOX_ID),
                            *name = kube_get_str(o, "metadata.name");
 
-                if (!id || !name || kobj_being_deleted(o) || has_sandbox(pvcs, id) ||
+                if (!id || !name || kobj_being_deleted(o) || json_object_get(pvc_ids, id) ||
                     !kobj_streq0(kube_get_str(o, "status.phase"), "Pending") ||
                     age_ms(o, now_ms) < GC_ORPHAN_AGE_MS)
                         continue;
