@@ -18,6 +18,7 @@ const char *const frontend_seccomp_allow[] = {
         "gettid", /* gRPC's log line of a failed TLS handshake on the public port names it */
         /* signals */
         "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigtimedwait",
+        "restart_syscall", /* a sleep resumed after SIGSTOP/SIGCONT (a debugger, a freezer) */
         /* files and directories */
         "access", "close", "fcntl", "lseek", "newfstatat", "openat", "pread64", "read",
         "getdents64", /* /metrics: process_open_fds lists /proc/self/fd */
@@ -35,7 +36,7 @@ const char *const frontend_seccomp_allow[] = {
         /* The ASan build only: AddressSanitizer's and LeakSanitizer's runtime. */
         "clone", /* LeakSanitizer's tracer thread */
         "sched_getaffinity",
-        "kill", "restart_syscall", "sigaltstack",
+        "kill", "sigaltstack",
         "clock_gettime",
         "getdents", "getdents64", "open", "readlink", "writev",
         "getppid",

@@ -433,6 +433,22 @@ class FrontendRestartTest(unittest.TestCase):
         # The restarted frontend still knows the sessions: no second sandbox.
         self.assertEqual(c.create("t", "s0").sandbox_id, sids[0])
 
+    def test_stopped_and_continued_daemons_serve_on(self):
+        # SIGSTOP/SIGCONT (a debugger, a frozen cgroup): the kernel resumes interrupted
+        # sleeps with restart_syscall, which the seccomp allowlists must let through (the
+        # frontend's aborted without it).
+        c = self.c
+        sid = c.create("t", "s").sandbox_id
+        for proc in (self.fe.proc, self.agent.proc):
+            for _ in range(3):
+                proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.3)
+                proc.send_signal(signal.SIGCONT)
+                time.sleep(0.3)
+            self.assertIsNone(proc.poll())
+        self.assertEqual(c.exec(sid, "echo", "on")[0], b"on\n")
+        self.assertNotIn("seccomp refused", self.fe.log())
+
     def test_agent_down_is_unavailable_then_back(self):
         c = self.c
         sid = c.create("t", "s").sandbox_id
