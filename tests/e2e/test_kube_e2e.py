@@ -253,8 +253,10 @@ class KubeObjectsTest(unittest.TestCase):
     def test_max_runtime_is_the_pod_deadline(self):
         c = self.c
         tenant, session = new_session()
+        # 10 s: room for the pod's start and the first exec on a loaded machine (with 3 s,
+        # the deadline once passed before that exec under load).
         sid = c.create(tenant, session, image=SANDBOX_IMAGE,
-                       limits=c.pb.ResourceLimits(max_runtime={"seconds": 3})).sandbox_id
+                       limits=c.pb.ResourceLimits(max_runtime={"seconds": 10})).sandbox_id
         self.assertEqual(c.exec(sid, "echo", "up")[0], b"up\n")
         deadline = time.monotonic() + 60
         while c.describe(sid).status != c.pb.SANDBOX_STATUS_FAILED:
@@ -262,7 +264,7 @@ class KubeObjectsTest(unittest.TestCase):
             time.sleep(0.3)
         pod = self.stack.api.get("pods", SANDBOX_NS, pod_name(tenant, session))
         self.assertEqual(pod["status"].get("reason"), "DeadlineExceeded")
-        self.assertEqual(c.describe(sid).status_reason, "max_runtime of 3 s exceeded")
+        self.assertEqual(c.describe(sid).status_reason, "max_runtime of 10 s exceeded")
         self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
         c.destroy(sid)
 
