@@ -286,10 +286,11 @@ void kpool_metrics(kube *k, cs_mpage *p)
                         "Kube warm pool: creates of the pool's profile that found no warm pod "
                         "READY and took the cold path.");
         cs_mpage_sample_u64(p, "compute_kube_warm_pool_misses_total", labels, misses);
-        cs_mpage_family(p, "compute_kube_warm_pool_claim_ms_total", "counter",
-                        "Kube warm pool: time spent in the claims that succeeded, in ms (divided "
-                        "by the hits: the mean claim latency).");
-        cs_mpage_sample_u64(p, "compute_kube_warm_pool_claim_ms_total", labels, claim_ms);
+        cs_mpage_family(p, "compute_kube_warm_pool_claim_seconds_total", "counter",
+                        "Kube warm pool: time spent in the claims that succeeded (divided by the "
+                        "hits: the mean claim latency).");
+        cs_mpage_sample(p, "compute_kube_warm_pool_claim_seconds_total", labels,
+                        (double)claim_ms / 1000.0);
 }
 
 /* --- claims ---------------------------------------------------------------------------- */

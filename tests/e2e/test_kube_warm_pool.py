@@ -16,9 +16,11 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from agent_fixture import free_port
 from compute_client import Compute
 from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
 import testmain
@@ -49,7 +51,9 @@ class KubeWarmPoolTest(unittest.TestCase):
     def setUpClass(cls):
         cls.stack = KubeStack(BUILD_DIR)
         try:
-            cls.fe = cls.stack.frontend("--kube-warm-pool", str(cls.SIZE))
+            cls.metrics_port = free_port()
+            cls.fe = cls.stack.frontend("--kube-warm-pool", str(cls.SIZE), "--metrics-listen",
+                                        f"127.0.0.1:{cls.metrics_port}")
             cls.fe2 = cls.stack.frontend("--kube-warm-pool", str(cls.SIZE))
             cls.c = Compute(BUILD_DIR, cls.fe.address)
             cls.c2 = Compute(BUILD_DIR, cls.fe2.address)
@@ -82,6 +86,17 @@ class KubeWarmPoolTest(unittest.TestCase):
             if time.monotonic() > end:
                 self.fail(f"pool never reached {n} pods: {[(p['metadata']['name'], p['status'].get('phase')) for p in pods]}")
             time.sleep(0.2)
+
+    def metrics(self):
+        """The first frontend's /metrics page as {'name{labels}': value}, checked by promtool."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=10) as r:
+            page = r.read().decode()
+        check = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
+                               capture_output=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in page.splitlines() if line and not line.startswith("#")}
 
     def pool_ids(self, pods):
         return {p["metadata"]["labels"][ANN + "sandbox-id"] for p in pods}
@@ -119,15 +134,25 @@ class KubeWarmPoolTest(unittest.TestCase):
         self.assertEqual(listed[0].limits.max_runtime.seconds, 900,  # the default
                          "max_runtime counts from the claim")
         self.assertEqual(self.c.list_all("tenant-nobody")[0], [])
+        m = self.metrics()
+        lbl = '{profile="default"}'
+        self.assertEqual(m["compute_kube_warm_pool_target" + lbl], self.SIZE)
+        self.assertEqual(m["compute_kube_warm_pool_hits_total" + lbl], 1)
+        self.assertIn("compute_kube_warm_pool_claim_seconds_total" + lbl, m)
         # refilled
         self.assertNotIn(sb.sandbox_id, self.pool_ids(self.wait_pool(self.SIZE)))
         # a destroy frees the session: the next create is a new sandbox
         self.c.destroy(sb.sandbox_id)
         again = self.c2.create(tenant, session)
         self.assertNotEqual(again.sandbox_id, sb.sandbox_id)
+        guard = self.stack.api.get("configmaps", SANDBOX_NS, pod_name(tenant, session))
+        self.assertEqual(guard["data"]["sandbox-id"], again.sandbox_id,
+                         "the session's guard names its new sandbox")
         out, _, done, _ = self.c2.exec(again.sandbox_id, "echo", "again")
         self.assertEqual(out, b"again\n")
         self.c2.destroy(again.sandbox_id)
+        self.assertIsNone(self.stack.api.get("configmaps", SANDBOX_NS, pod_name(tenant, session)),
+                          "a destroy deletes the session's guard")
 
     def test_2_claim_race_two_frontends(self):
         self.wait_pool(self.SIZE)
