@@ -520,15 +520,37 @@ static int claim_one(kube *k, const fe_ctx *ctx, const kobj_spec *spec, json_t *
         return 1;
 }
 
+typedef struct own_scan {
+        const kobj_spec *spec;
+} own_scan;
+
+/* A pod this session claimed by an earlier attempt that ended before writing the guard. */
+static bool match_own_claim(json_t *pod, void *userdata)
+{
+        const own_scan *o = userdata;
+
+        return kobj_annotation(pod, ANN_CLAIMED_AT) && !kobj_being_deleted(pod) &&
+               kobj_streq0(kobj_annotation(pod, ANN_TENANT_ID), o->spec->tenant_id) &&
+               kobj_streq0(kobj_annotation(pod, ANN_SESSION_ID), o->spec->session_id);
+}
+
 int kpool_claim(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const char *name,
                 json_t **ret_pod, cs_error **err)
 {
         _cleanup_json_ json_t *cands = json_array();
         int64_t t0 = cs_now_monotonic_ms();
+        own_scan own = { .spec = spec };
         size_t n, start = 0;
         int r = 0;
 
-        *ret_pod = NULL;
+        /* A retry after a claim whose guard was never written (the frontend died, the call
+         * was cancelled) takes that pod again rather than leaving it claimed and unused. */
+        *ret_pod = kube_cache_find(k->pods, match_own_claim, &own);
+        if (*ret_pod) {
+                fe_ctx_log(ctx, CS_LOG_INFO, "re-using pod %s claimed by an earlier attempt",
+                           kube_get_str(*ret_pod, "metadata.name") ?: "?");
+                return 0;
+        }
         kube_cache_each(k->pods, scan_ready, cands);
         n = json_array_size(cands);
         /* Sessions start at different pods, so concurrent claims rarely meet on one. */

@@ -74,7 +74,10 @@ class KubeWarmPoolTest(unittest.TestCase):
                 if not p["metadata"].get("deletionTimestamp")]
 
     def pool_pvcs(self):
-        return self.stack.api.list("persistentvolumeclaims", SANDBOX_NS, label_selector=POOL)
+        """The pool's PVCs (not a destroyed sandbox's: test_2b's claim left one its label)."""
+        return [p for p in self.stack.api.list("persistentvolumeclaims", SANDBOX_NS,
+                                               label_selector=POOL)
+                if ANN + "delete-after" not in (p["metadata"].get("annotations") or {})]
 
     def wait_pool(self, n, timeout=90, need_ready=True):
         """Until exactly n pool pods (READY ones, when need_ready) exist; returns them."""
@@ -188,6 +191,23 @@ class KubeWarmPoolTest(unittest.TestCase):
         self.assertEqual(out, b"one\n")
         for s in ids + [sid]:
             self.c.destroy(s)
+
+    def test_2b_retry_after_a_claim_without_guard(self):
+        """A frontend that died between its claim and the session's guard: the retried create
+        takes that pod again (no second pod for the session, nothing left claimed unused)."""
+        pods = self.wait_pool(self.SIZE)
+        tenant, session = new_session()
+        victim = pods[0]
+        self.stack.api.patch("pods", SANDBOX_NS, victim["metadata"]["name"], {"metadata": {
+            "labels": {ANN + "pool": None},
+            "annotations": {ANN + "tenant-id": tenant, ANN + "session-id": session,
+                            ANN + "claimed-at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                              time.gmtime())}}})
+        vid = victim["metadata"]["labels"][ANN + "sandbox-id"]
+        time.sleep(0.5)  # the frontends' pod caches see the claim
+        self.assertEqual(self.c2.create(tenant, session).sandbox_id, vid)
+        self.assertEqual(self.c.create(tenant, session).sandbox_id, vid)
+        self.c.destroy(vid)
 
     def test_3_other_profile_is_cold(self):
         self.wait_pool(self.SIZE)
