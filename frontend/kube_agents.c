@@ -199,6 +199,7 @@ int kagent_usage(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, usage_
                 return -1;
         pb_usage_read(resp->usage, ret);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
+        kobj_usage_subtract_baseline(pod, ret);
         return 0;
 }
 

@@ -302,7 +302,7 @@ void kobj_view_of_pod(const char *id, json_t *pod, fe_view *ret)
         memset(ret, 0, sizeof(*ret));
         ret->id = cs_xstrdup(id);
         ret->status = kobj_pod_status(pod);
-        ret->created_at_ms = kobj_time_of(kube_get_str(pod, "metadata.creationTimestamp"));
+        ret->created_at_ms = kobj_pod_created_at(pod);
         ret->tenant_id = tenant ? cs_xstrdup(tenant) : NULL;
         ret->session_id = session ? cs_xstrdup(session) : NULL;
         ret->cpu_millis = cpu_millis_of(kube_get_str(c, "resources.limits.cpu"));
@@ -311,7 +311,41 @@ void kobj_view_of_pod(const char *id, json_t *pod, fe_view *ret)
         if (json_is_integer(deadline) && json_integer_value(deadline) > 0 &&
             json_integer_value(deadline) < INT64_MAX / 1000)
                 ret->max_runtime_ms = json_integer_value(deadline) * 1000;
+        if (ret->max_runtime_ms && kobj_annotation(pod, ANN_CLAIM_OFFSET)) {
+                int64_t off = atoll(kobj_annotation(pod, ANN_CLAIM_OFFSET));
+
+                if (off > 0 && off * 1000 < ret->max_runtime_ms)
+                        ret->max_runtime_ms -= off * 1000;
+        }
         ret->reason = fe_reason_clean(reason);
+}
+
+static uint64_t sub0(uint64_t a, uint64_t b)
+{
+        return a > b ? a - b : 0;
+}
+
+void kobj_usage_subtract_baseline(json_t *pod, usage_metrics *u)
+{
+        const char *text = kobj_annotation(pod, ANN_USAGE_BASELINE);
+        _cleanup_json_ json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+        usage_metrics b;
+
+        if (!j)
+                return;
+        usage_from_json(j, &b);
+        u->cpu_ms = sub0(u->cpu_ms, b.cpu_ms);
+        u->disk_read_bytes = sub0(u->disk_read_bytes, b.disk_read_bytes);
+        u->disk_write_bytes = sub0(u->disk_write_bytes, b.disk_write_bytes);
+        u->network_egress_bytes = sub0(u->network_egress_bytes, b.network_egress_bytes);
+        u->network_ingress_bytes = sub0(u->network_ingress_bytes, b.network_ingress_bytes);
+}
+
+int64_t kobj_pod_created_at(json_t *pod)
+{
+        int64_t claimed = kobj_time_of(kobj_annotation(pod, ANN_CLAIMED_AT));
+
+        return claimed ?: kobj_time_of(kube_get_str(pod, "metadata.creationTimestamp"));
 }
 
 bool kobj_pvc_destroyed(json_t *pvc)
@@ -561,7 +595,8 @@ json_t *kobj_destroy_annotations(int64_t grace_s, json_t *pod, json_t *pvc, cons
         _cleanup_json_ json_t *usage = usage_to_json(u);
         _cleanup_free_ char *usage_text = json_dumps(usage, JSON_COMPACT);
         char destroyed[32], after[32], created[32];
-        int64_t created_ms = kobj_time_of(kube_get_str(pod ?: pvc, "metadata.creationTimestamp"));
+        int64_t created_ms = pod ? kobj_pod_created_at(pod)
+                                 : kobj_time_of(kube_get_str(pvc, "metadata.creationTimestamp"));
 
         json_t *a = json_pack("{s:s, s:s, s:s, s:s}", ANN_DELETE_AFTER,
                               kube_time_format(now + grace_s * 1000, after), ANN_DESTROYED_AT,

@@ -24,12 +24,21 @@
 #define LABEL_TENANT_ID  "compute.paper-board.io/tenant-id"
 #define LABEL_SESSION_ID "compute.paper-board.io/session-id"
 #define ANN_TENANT_ID    "compute.paper-board.io/tenant-id"
-#define ANN_SESSION_ID   "compute.paper-board.io/session-id"
-#define ANN_SANDBOX_ID   "compute.paper-board.io/sandbox-id"
-#define ANN_MOUNT_PATH   "compute.paper-board.io/mount-path"
-#define ANN_DELETE_AFTER "compute.paper-board.io/delete-after"
-#define ANN_DESTROYED_AT "compute.paper-board.io/destroyed-at"
-#define ANN_FINAL_USAGE  "compute.paper-board.io/final-usage"
+/* A warm pool pod's and its PVC's: the profile it was made for (kube_pool.c). */
+#define LABEL_POOL   "compute.paper-board.io/pool"
+#define POOL_PROFILE "default"
+/* A claimed pool pod's (kube_pool.c): when it was claimed (the sandbox's created_at), how old
+ * the pod was then in whole seconds (its activeDeadlineSeconds is that plus max_runtime), and
+ * the usage its idle warm time had used (subtracted from what the agent reads). */
+#define ANN_CLAIMED_AT     "compute.paper-board.io/claimed-at"
+#define ANN_CLAIM_OFFSET   "compute.paper-board.io/claim-offset-s"
+#define ANN_USAGE_BASELINE "compute.paper-board.io/usage-baseline"
+#define ANN_SESSION_ID     "compute.paper-board.io/session-id"
+#define ANN_SANDBOX_ID     "compute.paper-board.io/sandbox-id"
+#define ANN_MOUNT_PATH     "compute.paper-board.io/mount-path"
+#define ANN_DELETE_AFTER   "compute.paper-board.io/delete-after"
+#define ANN_DESTROYED_AT   "compute.paper-board.io/destroyed-at"
+#define ANN_FINAL_USAGE    "compute.paper-board.io/final-usage"
 /* Not in the contract's list, harmless beside it: the pod's creation time, kept on the PVC
  * at destroy so a DESTROYED sandbox reports the created_at it always had. */
 #define ANN_CREATED_AT    "compute.paper-board.io/created-at"
@@ -99,6 +108,15 @@ fe_status kobj_pod_status(json_t *pod);
  * CreateContainerConfigError... with the kubelet's message), PodScheduled=False
  * (Unschedulable with the scheduler's message). */
 char *kobj_pod_reason(json_t *pod);
+
+/* The sandbox's created_at: its claim (a warm pool pod's ANN_CLAIMED_AT), else the pod's
+ * creation; 0 when neither is readable. */
+int64_t kobj_pod_created_at(json_t *pod);
+
+/* Subtracts the pod's ANN_USAGE_BASELINE (a claimed warm pool pod's idle usage) from u, the
+ * agent's cumulative reading: cpu, disk and network counters (never below 0); the memory
+ * peak and average are the sandbox cgroup's own and stay as read. */
+void kobj_usage_subtract_baseline(json_t *pod, usage_metrics *u);
 
 /* The view of a sandbox whose pod exists, from the pod alone (no usage: the agent has it):
  * status, created_at, tenant and session (annotations), limits (the sandbox container's

@@ -28,7 +28,7 @@ static char *kubeconfig, *kube_context, *sandbox_ns, *agent_ns, *agent_selector,
         *spawner_image;
 static char *pvc_storage_class, *pvc_workspace_size;
 static int64_t agent_timeout_ms, agent_poll_ms, wait_ready_ms, agent_port, delete_grace_s;
-static int64_t max_calls_per_tenant;
+static int64_t max_calls_per_tenant, kube_warm_pool;
 
 static const cs_option options[] = {
         CS_DAEMON_OPTIONS(cfg, "COMPUTE_LISTEN", "127.0.0.1:50051"),
@@ -113,6 +113,13 @@ static const cs_option options[] = {
           "Kube: how long a destroyed sandbox's workspace PVC is kept (its delete-after is "
           "the destroy time plus this) before the GC deletes it.",
           &delete_grace_s, 0, 366ll * 86400 },
+        { "kube-warm-pool", "COMPUTE_KUBE_WARM_POOL", CS_OPT_INT, "0",
+          "Kube: warm pool pods (with their workspace PVCs) of the default profile (the "
+          "--sandbox-image, the default limits and workspace) kept ready, labelled " LABEL_POOL
+          "=" POOL_PROFILE "; every frontend of a deployment must say the same "
+          "(deploy/: the compute-warm-pool ConfigMap). 0: none, and a pool left by an "
+          "earlier size is drained (docs/deploy.md, \"Warm pool\").",
+          &kube_warm_pool, 0, 64 },
         CS_PUBLIC_TLS_OPTIONS(cfg),
         CS_AGENT_TLS_OPTIONS(agent_tls),
 };
@@ -146,6 +153,8 @@ static kube_config kube_cfg(void)
                 .delete_grace_s = delete_grace_s,
                 .agent_timeout_ms = agent_timeout_ms,
                 .wait_ready_ms = wait_ready_ms,
+                .warm_pool = kube_warm_pool,
+                .default_image = sandbox_image,
         };
 }
 
@@ -157,6 +166,12 @@ static int check_choices(cs_error **err)
         if (strcmp(mode, "serve") != 0 && strcmp(mode, "gc") != 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "--mode must be serve or gc, not '%s'", mode);
+        if (kube_warm_pool > 0 && strcmp(scheduler_name, "kube") != 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--kube-warm-pool is for --scheduler kube (the local "
+                                    "mode's pool is the node agent's --warm-pool)");
+        if (strcmp(mode, "serve") == 0 && kpool_check(sandbox_image, kube_warm_pool, err) < 0)
+                return -1;
         return 0;
 }
 

@@ -208,11 +208,17 @@ typedef struct kube_config {
         int64_t wait_ready_ms;      /* how long exec and file calls wait for a STARTING pod */
         int64_t sync_timeout_ms;    /* start-up: how long to wait for the first LISTs (0: 30 s) */
         int64_t request_timeout_ms; /* per API request (0: 30 s) */
+        int64_t warm_pool;          /* warm pool pods of the default profile (0: none) */
+        const char *default_image;  /* --sandbox-image: the pool's image */
 } kube_config;
 
 /* Connects to the API server and lists the sandbox pods and the agent pods before returning:
  * NULL with *err (UNAVAILABLE, saying why) when that does not succeed in time. */
 scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err);
+
+/* Whether a kube warm pool of size pods (0: none) of image (--sandbox-image) can be kept:
+ * INVALID_ARGUMENT naming the flag when not (checked at start: exit 2). kube_pool.c. */
+int kpool_check(const char *image, int64_t size, cs_error **err);
 
 /* One pass of the workspace GC: deletes the managed PVCs whose delete-after has passed
  * (now_ms, wall clock), each with a UID precondition so that a PVC recreated under the same

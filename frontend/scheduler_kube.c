@@ -186,12 +186,24 @@ static int kube_create(scheduler *s, const fe_spec *in, const fe_ctx *ctx, fe_vi
         int64_t deadline = min64(ctx->deadline_ms, cs_now_monotonic_ms() + CREATE_WAIT_MS);
         char name[4 + 32 + 1];
         const char *id;
-        bool created = false;
+        bool created = false, warm = false;
         kobj_spec spec;
 
         if (kobj_spec_normalise(k->storage_class, k->size, in, &spec, err) < 0)
                 return -1;
         kobj_pod_name(spec.tenant_id, spec.session_id, name);
+        /* With a warm pool, the session's guard says first whether it has a sandbox (warm or
+         * cold); else a pod of the pool's profile is claimed (kube_pool.c). */
+        if (k->pool_target > 0) {
+                if (kpool_guard_find(k, ctx, &spec, name, &pod, err) < 0)
+                        return -1;
+                if (!pod && kpool_profile_matches(k, &spec)) {
+                        if (kpool_claim(k, ctx, &spec, name, &pod, err) < 0 ||
+                            (pod && kpool_guard_settle(k, ctx, &spec, name, &pod, err) < 0))
+                                return -1;
+                }
+                warm = pod != NULL;
+        }
         while (!pod) {
                 _cleanup_resp_ kube_response r = { 0 };
                 _cleanup_json_ json_t *body = NULL;
@@ -224,7 +236,7 @@ static int kube_create(scheduler *s, const fe_spec *in, const fe_ctx *ctx, fe_vi
         if (!id)
                 return cs_error_set(err, GRPC_STATUS_INTERNAL, "pod %s/%s has no %s label", k->ns,
                                     name, LABEL_SANDBOX_ID);
-        if (ensure_pvc(k, ctx, &spec, id, err) < 0) {
+        if (!warm && ensure_pvc(k, ctx, &spec, id, err) < 0) {
                 /* A PVC refused for good (quota, admission) would leave the new pod Pending
                  * forever: take it back. One that may still come (UNAVAILABLE) is left for
                  * the client's retry to complete. */
@@ -237,10 +249,21 @@ static int kube_create(scheduler *s, const fe_spec *in, const fe_ctx *ctx, fe_vi
                 }
                 return -1;
         }
+        /* The cold path records its sandbox in the session's guard too while a pool is
+         * configured, so a warm claim of the same session elsewhere and this one agree. */
+        if (!warm && k->pool_target > 0) {
+                if (kpool_guard_settle(k, ctx, &spec, name, &pod, err) < 0)
+                        return -1;
+                id = kobj_label(pod, LABEL_SANDBOX_ID);
+                if (!id)
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL,
+                                            "the session's sandbox pod has no %s label",
+                                            LABEL_SANDBOX_ID);
+        }
         memset(ret, 0, sizeof(*ret));
         ret->id = cs_xstrdup(id);
         ret->status = kobj_pod_status(pod);
-        ret->created_at_ms = kobj_time_of(kube_get_str(pod, "metadata.creationTimestamp"));
+        ret->created_at_ms = kobj_pod_created_at(pod);
         if (!ret->created_at_ms)
                 ret->created_at_ms = cs_now_realtime_ms();
         return 0;
@@ -358,6 +381,8 @@ static int kube_destroy(scheduler *s, const char *id, const fe_ctx *ctx, fe_view
         }
         if (pod && kapi_delete_pod(k, ctx, pod, err) < 0)
                 return -1;
+        if (pod && (k->pool_target > 0 || kobj_annotation(pod, ANN_CLAIMED_AT)))
+                kpool_guard_drop(k, ctx, pod, id);
         kobj_view_destroyed(id, pvc, ret);
         return 0;
 }
@@ -493,6 +518,7 @@ static void kube_metrics(scheduler *s, cs_mpage *p)
                 }
         }
         kagent_metrics(k, p);
+        kpool_metrics(k, p);
         kube_cache_each(k->pods, count_pod, by_status);
         cs_mpage_family(p, "compute_scheduler_sandboxes", "gauge",
                         "Sandbox pods by the status the API reports for them.");
@@ -660,6 +686,7 @@ static void kube_free(scheduler *s)
 
         if (!k)
                 return;
+        kpool_stop(k); /* before the caches and the client it uses */
         kube_cache_free(k->pvcs);
         kube_cache_free(k->pods);
         kube_cache_free(k->agents);
@@ -755,6 +782,8 @@ scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
                                 kube_client_server(k->kc));
                 goto fail;
         }
+        if (kpool_start(k, cfg->warm_pool, cfg->default_image, err) < 0)
+                goto fail;
         log_info("kube scheduler: API server %s, sandboxes in namespace %s, node agents in %s "
                  "(%s)",
                  kube_client_server(k->kc), k->ns, k->agent_ns, cfg->agent_selector);

@@ -44,6 +44,16 @@ typedef struct kube {
         pthread_mutex_t lock; /* the channel pool: channels, their refs, swept_ms */
         channel *channels;
         int64_t swept_ms;
+
+        /* kube_pool.c: the warm pool. pool_target and pool_image are set at start; pool_lock
+         * guards pool_stopping and pool_size (it is taken alone, never with another). */
+        int64_t pool_target;
+        char *pool_image;
+        pthread_t pool_thread;
+        bool pool_init, pool_started, pool_stopping;
+        pthread_mutex_t pool_lock;
+        pthread_cond_t pool_cond;
+        uint64_t pool_size, pool_hits, pool_misses, pool_claim_ms_sum;
 } kube;
 
 #define KUBE(s) ((kube *)(s))
@@ -126,3 +136,32 @@ void kagent_channels_free(kube *k);
 /* The image of a node agent pod that is up (its first container's), malloc'd; NULL when no
  * agent pod is up. --spawner-image agent: sandbox pods take compute-init from it. */
 char *kagent_image(kube *k);
+
+/* --- kube_pool.c: the warm pool ---------------------------------------------------------- */
+
+/* Starts the pool's thread once the pod cache is synced (also with size 0: it drains a pool
+ * an earlier configuration left). */
+int kpool_start(kube *k, int64_t size, const char *image, cs_error **err);
+/* Stops the thread (the pool's pods stay for the next frontend). */
+void kpool_stop(kube *k);
+void kpool_metrics(kube *k, struct cs_mpage *p);
+
+/* Whether a create's spec is the pool's profile (and a pool is configured). */
+bool kpool_profile_matches(const kube *k, const kobj_spec *spec);
+/* The live sandbox the session's guard (named name) records: 0 with *ret_pod, NULL when
+ * there is no guard, or its sandbox was destroyed or is gone (the guard is deleted then); -1.
+ * INTERNAL when an object of that name is not the session's. */
+int kpool_guard_find(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const char *name,
+                     json_t **ret_pod, cs_error **err);
+/* Claims a READY pool pod for spec's session (name: the session's pod name, to spread
+ * concurrent claims): 0 with *ret_pod, NULL when none was free (a miss), or -1. Counts the
+ * hit or miss and wakes the pool thread. */
+int kpool_claim(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const char *name,
+                json_t **ret_pod, cs_error **err);
+/* Records *pod as the session's sandbox in its guard. When another create of the session
+ * recorded another live sandbox first, *pod is released (deleted with its PVC) and replaced
+ * by the winner's pod. 0 or -1. */
+int kpool_guard_settle(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const char *name,
+                       json_t **pod, cs_error **err);
+/* A destroy's end: deletes the session's guard when it still names id (best effort). */
+void kpool_guard_drop(kube *k, const fe_ctx *ctx, json_t *pod, const char *id);

@@ -133,7 +133,8 @@ static const cs_option options[] = {
           "Local mode: warm sandboxes of the default profile (default image, limits and "
           "workspace size) kept READY; a CreateSandbox of that profile claims one and answers "
           "with a running sandbox. They count against no tenant and are removed when the agent "
-          "stops. 0: none; at most 64. Kube mode: not yet (must be 0).",
+          "stops. 0: none; at most 64. Kube mode: must be 0 (the pool is the frontend's "
+          "--kube-warm-pool).",
           &warm_pool, 0, SB_WARM_POOL_MAX },
         { "cpu-overcommit-percent", "COMPUTE_CPU_OVERCOMMIT_PERCENT", CS_OPT_INT, "3200",
           "Local mode: CPU limits of live sandboxes may add up to this percent of the node's "
@@ -366,8 +367,8 @@ static int agent_open(agent *a, cs_error **err)
 
         if (kube && warm_pool)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "--warm-pool: warm pools are not yet supported in kube mode "
-                                    "(use 0)");
+                                    "--warm-pool: in kube mode the pool is the frontend's "
+                                    "--kube-warm-pool (use 0 here)");
 
         if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &a->capacity, err) < 0)
                 return -1;

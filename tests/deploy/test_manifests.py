@@ -281,6 +281,7 @@ class Manifests(unittest.TestCase):
             ("PodDisruptionBudget", SYSTEM_NS, "compute-frontend"),
             ("DaemonSet", SYSTEM_NS, "compute-node-agent"),
             ("CronJob", SYSTEM_NS, "compute-gc"),
+            ("ConfigMap", SYSTEM_NS, "compute-warm-pool"),
         }
         self.assertEqual(want - set(self.by_key), set())
         for kind in ("Role", "RoleBinding", "NetworkPolicy"):
@@ -534,7 +535,8 @@ class Manifests(unittest.TestCase):
                         perms.setdefault((ns, res), set()).update(rule["verbs"])
         want = {
             "compute-frontend": {
-                (SANDBOX_NS, "pods"): {"get", "list", "watch", "create", "delete"},
+                (SANDBOX_NS, "pods"): {"get", "list", "watch", "create", "patch", "delete"},
+                (SANDBOX_NS, "configmaps"): {"get", "create", "delete"},
                 (SANDBOX_NS, "persistentvolumeclaims"):
                     {"get", "list", "watch", "create", "patch", "delete"},
                 (SYSTEM_NS, "pods"): {"get", "list", "watch"},

@@ -68,12 +68,17 @@ RESOURCES = {
     "persistentvolumeclaims": {"kind": "PersistentVolumeClaim",
                                "list_kind": "PersistentVolumeClaimList", "fields": PVC_FIELDS,
                                "subresources": ("status",)},
+    # Only what the frontend's warm pool needs of them (its per-session guard): create, get,
+    # list, delete; an update replaces data.
+    "configmaps": {"kind": "ConfigMap", "list_kind": "ConfigMapList", "fields": PVC_FIELDS,
+                   "subresources": ()},
 }
 
 # The empty object a bookmark carries, as the Go serializer writes it for each kind.
 BOOKMARK_BODY = {
     "pods": {"spec": {"containers": None}, "status": {}},
     "persistentvolumeclaims": {"spec": {"resources": {}}, "status": {}},
+    "configmaps": {},
 }
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -823,6 +828,8 @@ class Store:
             if resource == "pods":
                 default_and_validate_pod(body, errs)
                 status = {"phase": "Pending", "qosClass": qos_class(body)}
+            elif resource == "configmaps":
+                status = None
             else:
                 spec = body.get("spec")
                 if isinstance(spec, dict) and "storageClassName" not in spec and self.default_storage_class:
@@ -845,8 +852,11 @@ class Store:
             body["apiVersion"] = "v1"
             body["kind"] = kind
             body["status"] = status
-            out = {"kind": kind, "apiVersion": "v1", "metadata": meta, "spec": body["spec"],
+            out = {"kind": kind, "apiVersion": "v1", "metadata": meta, "spec": body.get("spec"),
                    "status": status}
+            if resource == "configmaps":
+                out = {"kind": kind, "apiVersion": "v1", "metadata": meta,
+                       "data": body.get("data") or {}}
             if dry_run:
                 return copy.deepcopy(out)
             return self._commit(resource, (ns, name), out, "ADDED", None)

@@ -610,6 +610,41 @@ static void test_metadata_readers(void **state)
         assert_false(kobj_streq0(NULL, NULL));
 }
 
+/* A claimed warm pool pod (kube_pool.c): created_at is the claim, max_runtime subtracts the
+ * pod's age at the claim from its activeDeadlineSeconds, and the idle usage is subtracted. */
+static void test_claimed_pool_pod(void **state)
+{
+        kobj_spec spec = full_spec();
+        _cleanup_json_ json_t *pod = kobj_pod_build("ns", "gvisor", NULL, &spec, "sbx-x", ID);
+        json_t *md = json_object_get(pod, "metadata");
+        json_t *ann = json_object_get(md, "annotations");
+        usage_metrics u = { .cpu_ms = 500, .memory_peak_bytes = 77, .disk_write_bytes = 10 };
+        fe_view v;
+
+        (void)state;
+        spec.max_runtime_ms = 600000;
+        json_object_set_new(md, "creationTimestamp", json_string("2026-01-01T00:00:00Z"));
+        assert_int_equal(kobj_pod_created_at(pod), kobj_time_of("2026-01-01T00:00:00Z"));
+        kobj_usage_subtract_baseline(pod, &u); /* no baseline: unchanged */
+        assert_int_equal(u.cpu_ms, 500);
+        json_object_set_new(ann, ANN_CLAIMED_AT, json_string("2026-01-01T00:01:40Z"));
+        json_object_set_new(ann, ANN_CLAIM_OFFSET, json_string("100"));
+        json_object_set_new(ann, ANN_USAGE_BASELINE,
+                            json_string("{\"cpu_ms\": 120, \"memory_peak_bytes\": 50, "
+                                        "\"disk_write_bytes\": 99}"));
+        json_object_set_new(json_object_get(pod, "spec"), "activeDeadlineSeconds",
+                            json_integer(100 + 600));
+        assert_int_equal(kobj_pod_created_at(pod), kobj_time_of("2026-01-01T00:01:40Z"));
+        kobj_view_of_pod(ID, pod, &v);
+        assert_int_equal(v.created_at_ms, kobj_time_of("2026-01-01T00:01:40Z"));
+        assert_int_equal(v.max_runtime_ms, 600000);
+        fe_view_clear(&v);
+        kobj_usage_subtract_baseline(pod, &u);
+        assert_int_equal(u.cpu_ms, 380);
+        assert_int_equal(u.memory_peak_bytes, 77); /* the cgroup's own: left as read */
+        assert_int_equal(u.disk_write_bytes, 0);   /* never below 0 */
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -627,6 +662,7 @@ int main(void)
                 cmocka_unit_test(test_view_of_pod),
                 cmocka_unit_test(test_workspace_mount_path),
                 cmocka_unit_test(test_metadata_readers),
+                cmocka_unit_test(test_claimed_pool_pod),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
