@@ -209,6 +209,23 @@ static bool node_lost(json_t *pod)
                kobj_streq0(kube_get_str(ready, "reason"), "NodeNotReady");
 }
 
+/* The sandbox's max_runtime in seconds from its pod, 0 when it has none: the pod's
+ * activeDeadlineSeconds, less the claim offset of a pod claimed from the warm pool (its
+ * deadline counts from the pod's start, max_runtime from the claim). */
+static int64_t pod_max_runtime_s(json_t *pod)
+{
+        json_t *deadline = kube_get_key(pod, "spec", "activeDeadlineSeconds", NULL);
+        const char *off_s = kobj_annotation(pod, ANN_CLAIM_OFFSET);
+        int64_t s, off;
+
+        if (!json_is_integer(deadline) || json_integer_value(deadline) <= 0 ||
+            json_integer_value(deadline) >= INT64_MAX / 1000)
+                return 0;
+        s = json_integer_value(deadline);
+        off = off_s ? atoll(off_s) : 0;
+        return off > 0 && off < s ? s - off : s;
+}
+
 char *kobj_pod_reason(json_t *pod)
 {
         const char *phase = kube_get_str(pod, "status.phase") ?: "";
@@ -231,14 +248,11 @@ char *kobj_pod_reason(json_t *pod)
                 return cs_xstrdup("the sandbox's pod is being deleted");
         }
         if (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0) {
-                json_t *deadline = kube_get_key(pod, "spec", "activeDeadlineSeconds", NULL);
+                int64_t max_s = pod_max_runtime_s(pod);
 
                 if (kobj_streq0(reason, "DeadlineExceeded"))
-                        return json_is_integer(deadline)
-                                       ? cs_xasprintf("max_runtime of %" JSON_INTEGER_FORMAT
-                                                      " s exceeded",
-                                                      json_integer_value(deadline))
-                                       : cs_xstrdup("max_runtime exceeded");
+                        return max_s ? cs_xasprintf("max_runtime of %" PRId64 " s exceeded", max_s)
+                                     : cs_xstrdup("max_runtime exceeded");
                 if (kobj_streq0(reason, "NodeLost"))
                         return cs_xstrdup("the sandbox's node was lost");
                 t = terminated_text(pod);
@@ -292,7 +306,6 @@ static uint32_t cpu_millis_of(const char *s)
 void kobj_view_of_pod(const char *id, json_t *pod, fe_view *ret)
 {
         json_t *c = sandbox_container(pod);
-        json_t *deadline = kube_get_key(pod, "spec", "activeDeadlineSeconds", NULL);
         const char *tenant = kobj_annotation(pod, ANN_TENANT_ID);
         const char *session = kobj_annotation(pod, ANN_SESSION_ID);
         const char *mem = kube_get_str(c, "resources.limits.memory");
@@ -308,15 +321,7 @@ void kobj_view_of_pod(const char *id, json_t *pod, fe_view *ret)
         ret->cpu_millis = cpu_millis_of(kube_get_str(c, "resources.limits.cpu"));
         if (mem && cs_quantity_parse(mem, &bytes) == 0)
                 ret->memory_bytes = bytes;
-        if (json_is_integer(deadline) && json_integer_value(deadline) > 0 &&
-            json_integer_value(deadline) < INT64_MAX / 1000)
-                ret->max_runtime_ms = json_integer_value(deadline) * 1000;
-        if (ret->max_runtime_ms && kobj_annotation(pod, ANN_CLAIM_OFFSET)) {
-                int64_t off = atoll(kobj_annotation(pod, ANN_CLAIM_OFFSET));
-
-                if (off > 0 && off * 1000 < ret->max_runtime_ms)
-                        ret->max_runtime_ms -= off * 1000;
-        }
+        ret->max_runtime_ms = pod_max_runtime_s(pod) * 1000;
         ret->reason = fe_reason_clean(reason);
 }
 

@@ -639,6 +639,14 @@ static void test_claimed_pool_pod(void **state)
         assert_int_equal(v.created_at_ms, kobj_time_of("2026-01-01T00:01:40Z"));
         assert_int_equal(v.max_runtime_ms, 600000);
         fe_view_clear(&v);
+        /* Its deadline passed: the reason names max_runtime, not the pod's whole deadline. */
+        json_object_set_new(
+                pod, "status",
+                json_pack("{s:s, s:s}", "phase", "Failed", "reason", "DeadlineExceeded"));
+        {
+                _cleanup_free_ char *why = kobj_pod_reason(pod);
+                assert_string_equal(why, "max_runtime of 600 s exceeded");
+        }
         kobj_usage_subtract_baseline(pod, &u);
         assert_int_equal(u.cpu_ms, 380);
         assert_int_equal(u.memory_peak_bytes, 77); /* the cgroup's own: left as read */
