@@ -228,7 +228,8 @@ int kpool_start(kube *k, int64_t size, const char *image, cs_error **err)
         pthread_condattr_t ca;
         int r;
 
-        k->pool_target = size;
+        k->pool_target = size > 0 ? size : 0;
+        k->pool_guards = size >= 0;
         k->pool_image = cs_xstrdup(image ?: "");
         pthread_mutex_init(&k->pool_lock, NULL);
         pthread_condattr_init(&ca);

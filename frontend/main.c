@@ -113,13 +113,14 @@ static const cs_option options[] = {
           "Kube: how long a destroyed sandbox's workspace PVC is kept (its delete-after is "
           "the destroy time plus this) before the GC deletes it.",
           &delete_grace_s, 0, 366ll * 86400 },
-        { "kube-warm-pool", "COMPUTE_KUBE_WARM_POOL", CS_OPT_INT, "0",
+        { "kube-warm-pool", "COMPUTE_KUBE_WARM_POOL", CS_OPT_INT, "-1",
           "Kube: warm pool pods (with their workspace PVCs) of the default profile (the "
           "--sandbox-image, the default limits and workspace) kept ready, labelled " LABEL_POOL
           "=" POOL_PROFILE "; every frontend of a deployment must say the same "
-          "(deploy/: the compute-warm-pool ConfigMap). 0: none, and a pool left by an "
-          "earlier size is drained (docs/deploy.md, \"Warm pool\").",
-          &kube_warm_pool, 0, 64 },
+          "(deploy/: the compute-warm-pool ConfigMap). 0: none, a pool left by an earlier "
+          "size is drained, and sessions a pool served keep their sandbox (their guards are "
+          "read); -1: no pool and no guards read (docs/deploy.md, \"Warm pool\").",
+          &kube_warm_pool, -1, 64 },
         CS_PUBLIC_TLS_OPTIONS(cfg),
         CS_AGENT_TLS_OPTIONS(agent_tls),
 };

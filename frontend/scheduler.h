@@ -208,8 +208,9 @@ typedef struct kube_config {
         int64_t wait_ready_ms;      /* how long exec and file calls wait for a STARTING pod */
         int64_t sync_timeout_ms;    /* start-up: how long to wait for the first LISTs (0: 30 s) */
         int64_t request_timeout_ms; /* per API request (0: 30 s) */
-        int64_t warm_pool;          /* warm pool pods of the default profile (0: none) */
-        const char *default_image;  /* --sandbox-image: the pool's image */
+        int64_t warm_pool; /* warm pool pods of the default profile (0: none, the session guards
+                            * read; -1: none, no guards) */
+        const char *default_image; /* --sandbox-image: the pool's image */
 } kube_config;
 
 /* Connects to the API server and lists the sandbox pods and the agent pods before returning:

@@ -192,9 +192,10 @@ static int kube_create(scheduler *s, const fe_spec *in, const fe_ctx *ctx, fe_vi
         if (kobj_spec_normalise(k->storage_class, k->size, in, &spec, err) < 0)
                 return -1;
         kobj_pod_name(spec.tenant_id, spec.session_id, name);
-        /* With a warm pool, the session's guard says first whether it has a sandbox (warm or
-         * cold); else a pod of the pool's profile is claimed (kube_pool.c). */
-        if (k->pool_target > 0) {
+        /* With a warm pool (or one turned off: size 0), the session's guard says first whether
+         * it has a sandbox (warm or cold); else a pod of the pool's profile is claimed
+         * (kube_pool.c). */
+        if (k->pool_guards) {
                 if (kpool_guard_find(k, ctx, &spec, name, &pod, err) < 0)
                         return -1;
                 if (!pod && kpool_profile_matches(k, &spec)) {
@@ -381,7 +382,7 @@ static int kube_destroy(scheduler *s, const char *id, const fe_ctx *ctx, fe_view
         }
         if (pod && kapi_delete_pod(k, ctx, pod, err) < 0)
                 return -1;
-        if (pod && (k->pool_target > 0 || kobj_annotation(pod, ANN_CLAIMED_AT)))
+        if (pod && (k->pool_guards || kobj_annotation(pod, ANN_CLAIMED_AT)))
                 kpool_guard_drop(k, ctx, pod, id);
         kobj_view_destroyed(id, pvc, ret);
         return 0;

@@ -48,6 +48,9 @@ typedef struct kube {
         /* kube_pool.c: the warm pool. pool_target and pool_image are set at start; pool_lock
          * guards pool_stopping and pool_size (it is taken alone, never with another). */
         int64_t pool_target;
+        /* --kube-warm-pool given (0 included): creates read the session guards, so a session
+         * a pool served keeps its sandbox after the pool is turned off. */
+        bool pool_guards;
         char *pool_image;
         pthread_t pool_thread;
         bool pool_init, pool_started, pool_stopping;

@@ -232,6 +232,27 @@ class KubeWarmPoolTest(unittest.TestCase):
             time.sleep(0.2)
         self.assertEqual(len(self.pool_pvcs()), 1, "the surplus pods' PVCs are deleted")
 
+    def test_5_pool_off_keeps_warm_sessions(self):
+        # After test_4: a pool of 1. A session served warm, then the pool turned off (size 0,
+        # as docs/deploy.md says): the pool drains, and a retried create of that session
+        # still gets its sandbox (its guard is read), not a second, cold one.
+        self.wait_pool(1)
+        tenant, session = new_session()
+        warm = self.pool_ids(self.pool_pods())
+        sid = self.c.create(tenant, session).sandbox_id
+        self.assertIn(sid, warm)
+        for fe in (self.fe, self.fe2):
+            fe.stop()
+            fe.extra[fe.extra.index("--kube-warm-pool") + 1] = "0"
+        self.fe.start()
+        self.fe2.start()
+        self.wait_pool(0, need_ready=False)
+        self.assertEqual(self.c.create(tenant, session).sandbox_id, sid)
+        self.assertEqual(self.c2.create(tenant, session).sandbox_id, sid)
+        self.c.destroy(sid)
+        # Destroyed: the session gets a new, cold sandbox.
+        self.assertNotEqual(self.c.create(tenant, session).sandbox_id, sid)
+
     def test_bad_config_exits_2(self):
         fe = os.path.join(BUILD_DIR, "bin", "compute-frontend")
         for args, word in ((["--kube-warm-pool", "10000", "--sandbox-image", SANDBOX_IMAGE],
