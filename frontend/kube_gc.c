@@ -1,6 +1,7 @@
 /* The kube workspace GC (`compute-frontend --mode gc`, a CronJob): one pass deletes the PVCs
- * whose delete-after has passed, the pods an interrupted destroy left, and marks or deletes
- * the orphans no destroy will clean up. Owns nothing between passes (a client of its own per
+ * whose delete-after has passed, the pods an interrupted destroy left, marks or deletes the
+ * orphans no destroy will clean up, and deletes the warm pool's session guards whose sandbox
+ * is gone. Owns nothing between passes (a client of its own per
  * pass); touches the API server only, each delete with preconditions. */
 #include <stdio.h>
 #include <string.h>
@@ -161,6 +162,45 @@ static unsigned gc_orphans(kube_client *kc, const char *ns, json_t *pvcs, json_t
         return changed;
 }
 
+/* Deletes the session guards (kube_pool.c) whose sandbox has no pod and no live PVC (none, or
+ * one a destroy marked): a session never destroyed, whose PVC the GC took, kept its guard
+ * until its next create. Young guards are left alone (a create writes its guard after the
+ * pod, which this pass's list may predate). */
+static void gc_guards(kube_client *kc, const char *ns, json_t *guards, json_t *pods, json_t *pvcs,
+                      int64_t now_ms)
+{
+        _cleanup_json_ json_t *pod_ids = sandbox_ids(pods), *live = json_object();
+        json_t *o;
+        size_t i;
+
+        json_array_foreach(pvcs, i, o)
+        {
+                const char *id = kobj_label(o, LABEL_SANDBOX_ID);
+                if (id && !kobj_annotation(o, ANN_DELETE_AFTER) && !kobj_being_deleted(o))
+                        json_object_set_new(live, id, json_true());
+        }
+        json_array_foreach(guards, i, o)
+        {
+                _cleanup_error_ cs_error *e = NULL;
+                _cleanup_free_ char *path = NULL;
+                const char *id = kube_get_str(o, "data." GUARD_KEY),
+                           *name = kube_get_str(o, "metadata.name");
+
+                if (!id || !name || kobj_being_deleted(o) || age_ms(o, now_ms) < GC_ORPHAN_AGE_MS ||
+                    json_object_get(pod_ids, id) || json_object_get(live, id))
+                        continue;
+                path = cs_xasprintf("/api/v1/namespaces/%s/configmaps/%s", ns, name);
+                if (kapi_delete_exact(kc, NULL, path, kube_get_str(o, "metadata.uid"),
+                                      kube_get_str(o, "metadata.resourceVersion"), &e) != 0) {
+                        if (e)
+                                log_warn("gc: sandbox %s: cannot delete session guard %s/%s: %s",
+                                         id, ns, name, e->msg);
+                        continue;
+                }
+                log_info("gc: sandbox %s: gone; deleted its session guard %s/%s", id, ns, name);
+        }
+}
+
 int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, cs_error **err)
 {
         const char *ns = cfg->sandbox_namespace && cfg->sandbox_namespace[0]
@@ -169,7 +209,9 @@ int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, c
         _cleanup_free_ char *pvcs_coll =
                 cs_xasprintf("/api/v1/namespaces/%s/persistentvolumeclaims", ns);
         _cleanup_free_ char *pods_coll = cs_xasprintf("/api/v1/namespaces/%s/pods", ns);
-        _cleanup_json_ json_t *pvcs = NULL, *pods = NULL, *destroyed = json_object();
+        _cleanup_free_ char *guards_coll = cs_xasprintf("/api/v1/namespaces/%s/configmaps", ns);
+        _cleanup_json_ json_t *pvcs = NULL, *pods = NULL, *guards = NULL,
+                              *destroyed = json_object();
         kube_client *kc = kapi_client_new(cfg, err);
         unsigned deleted = 0, failed = 0;
         json_t *pvc;
@@ -179,7 +221,8 @@ int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, c
         if (!kc)
                 return -1;
         if (list_managed(kc, pvcs_coll, &pvcs, err) < 0 ||
-            list_managed(kc, pods_coll, &pods, err) < 0) {
+            list_managed(kc, pods_coll, &pods, err) < 0 ||
+            list_managed(kc, guards_coll, &guards, err) < 0) {
                 kube_client_free(kc);
                 return -1;
         }
@@ -227,6 +270,7 @@ int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, c
         }
         gc_pods(kc, ns, pods, destroyed);
         gc_orphans(kc, ns, pvcs, pods, now_ms, cfg->delete_grace_s);
+        gc_guards(kc, ns, guards, pods, pvcs, now_ms);
         kube_client_free(kc);
         *ret_deleted = deleted;
         if (failed)

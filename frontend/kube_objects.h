@@ -30,8 +30,11 @@
 /* A claimed pool pod's (kube_pool.c): when it was claimed (the sandbox's created_at), how old
  * the pod was then in whole seconds (its activeDeadlineSeconds is that plus max_runtime), and
  * the usage its idle warm time had used (subtracted from what the agent reads). */
-#define ANN_CLAIMED_AT     "compute.paper-board.io/claimed-at"
-#define ANN_CLAIM_OFFSET   "compute.paper-board.io/claim-offset-s"
+#define ANN_CLAIMED_AT   "compute.paper-board.io/claimed-at"
+#define ANN_CLAIM_OFFSET "compute.paper-board.io/claim-offset-s"
+/* A session guard's (a ConfigMap named as the session's pod, kube_pool.c) data key of its
+ * sandbox id. */
+#define GUARD_KEY          "sandbox-id"
 #define ANN_USAGE_BASELINE "compute.paper-board.io/usage-baseline"
 #define ANN_SESSION_ID     "compute.paper-board.io/session-id"
 #define ANN_SANDBOX_ID     "compute.paper-board.io/sandbox-id"

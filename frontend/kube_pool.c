@@ -41,8 +41,6 @@
 
 /* How often the pool thread looks at the pool (a claim wakes it at once). */
 #define POOL_PASS_MS 1000
-/* The session guard's (a ConfigMap named as the session's pod) key of the sandbox id. */
-#define GUARD_KEY "sandbox-id"
 
 /* The default profile's spec, as a pool pod is made with. */
 static int pool_spec(kube *k, kobj_spec *ret, cs_error **err)

@@ -541,7 +541,10 @@ class Manifests(unittest.TestCase):
                     {"get", "list", "watch", "create", "patch", "delete"},
                 (SYSTEM_NS, "pods"): {"get", "list", "watch"},
             },
-            "compute-gc": {(SANDBOX_NS, "persistentvolumeclaims"): {"list", "delete"}},
+            # What kube_gc.c calls (its pods and orphan passes, the guards).
+            "compute-gc": {(SANDBOX_NS, "persistentvolumeclaims"): {"list", "patch", "delete"},
+                           (SANDBOX_NS, "pods"): {"list", "delete"},
+                           (SANDBOX_NS, "configmaps"): {"list", "delete"}},
         }
         self.assertEqual(got, want)
         # And the pods run as those accounts.

@@ -253,6 +253,37 @@ class KubeWarmPoolTest(unittest.TestCase):
         # Destroyed: the session gets a new, cold sandbox.
         self.assertNotEqual(self.c.create(tenant, session).sandbox_id, sid)
 
+    def test_6_gc_deletes_guards_of_gone_sandboxes(self):
+        # Session guards: one of a sandbox that is gone (its session never destroyed it),
+        # one of a live sandbox, one of a gone sandbox but young (a create in progress).
+        live = self.c.create(*new_session(),
+                             limits=self.c.pb.ResourceLimits(cpu_millis=250)).sandbox_id
+        names = {}
+        for what, sid in (("gone", str(uuid.uuid4())), ("live", live),
+                          ("young", str(uuid.uuid4()))):
+            names[what] = "sbx-" + uuid.uuid4().hex
+            self.stack.api.create("configmaps", SANDBOX_NS, {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": names[what], "labels": {
+                    "app.kubernetes.io/managed-by": "compute-frontend"}},
+                "data": {"sandbox-id": sid}})
+            if what != "young":
+                with self.stack.api.store.lock:
+                    self.stack.api.store.objects["configmaps"][(SANDBOX_NS, names[what])][
+                        "metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+        out = subprocess.run(
+            [os.path.join(BUILD_DIR, "bin", "compute-frontend"), "--scheduler", "kube",
+             "--mode", "gc", "--kubeconfig", self.stack.api.kubeconfig_path,
+             "--sandbox-namespace", SANDBOX_NS],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout.decode())
+        left = {c["metadata"]["name"] for c in self.stack.api.list("configmaps", SANDBOX_NS)}
+        self.assertNotIn(names["gone"], left, out.stdout.decode())
+        self.assertIn(names["live"], left)
+        self.assertIn(names["young"], left)
+        self.assertIn("deleted its session guard", out.stdout.decode())
+        self.c.destroy(live)
+
     def test_bad_config_exits_2(self):
         fe = os.path.join(BUILD_DIR, "bin", "compute-frontend")
         for args, word in ((["--kube-warm-pool", "10000", "--sandbox-image", SANDBOX_IMAGE],
