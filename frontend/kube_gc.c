@@ -1,8 +1,8 @@
 /* The kube workspace GC (`compute-frontend --mode gc`, a CronJob): one pass deletes the PVCs
  * whose delete-after has passed, the pods an interrupted destroy left, marks or deletes the
  * orphans no destroy will clean up, and deletes the warm pool's session guards whose sandbox
- * is gone. Owns nothing between passes (a client of its own per
- * pass); touches the API server only, each delete with preconditions. */
+ * is gone. Owns nothing between passes (a client of its own per pass); touches the API
+ * server only, each delete with preconditions. */
 #include <stdio.h>
 #include <string.h>
 
