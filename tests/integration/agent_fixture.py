@@ -24,10 +24,21 @@ IMAGES_DIR = os.environ.get("COMPUTE_TEST_IMAGES_DIR", "/var/lib/compute/images"
 DEFAULT_IMAGE = "debian:bookworm-compute"
 
 
+_ports_given = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, never one this process was given before: the kernel may
+    hand the same ephemeral port out again once its probe socket is closed, and two daemons
+    of one test (an agent's gRPC and metrics ports) then collided (CI: "Address already in
+    use")."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
 
 
 class AgentProcess:
