@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 import unittest
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,7 +27,7 @@ import test_frontend as tf
 from agent_client import code_of
 from agent_fixture import free_port
 from compute_client import Compute
-from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
+from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack, checked_metrics
 import testmain
 
 BUILD_DIR = sys.argv[1]
@@ -120,15 +119,8 @@ class KubeObjectsTest(unittest.TestCase):
             raise AssertionError(report)
 
     def metrics(self):
-        """The frontend's /metrics page as {'name{labels}': value}, checked by promtool."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                    timeout=10) as r:
-            page = r.read().decode()
-        check = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
-                               capture_output=True)
-        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in page.splitlines() if line and not line.startswith("#")}
+        """The frontend's /metrics page, checked by promtool."""
+        return checked_metrics(self, self.metrics_port)
 
     def wait_metric(self, series, ok, what):
         deadline = time.monotonic() + 30

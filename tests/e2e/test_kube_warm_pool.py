@@ -16,13 +16,12 @@ import subprocess
 import sys
 import time
 import unittest
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from agent_fixture import free_port
 from compute_client import Compute
-from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
+from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack, checked_metrics
 import testmain
 
 BUILD_DIR = sys.argv[1]
@@ -91,15 +90,8 @@ class KubeWarmPoolTest(unittest.TestCase):
             time.sleep(0.2)
 
     def metrics(self):
-        """The first frontend's /metrics page as {'name{labels}': value}, checked by promtool."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                    timeout=10) as r:
-            page = r.read().decode()
-        check = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
-                               capture_output=True)
-        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in page.splitlines() if line and not line.startswith("#")}
+        """The first frontend's /metrics page, checked by promtool."""
+        return checked_metrics(self, self.metrics_port)
 
     def pool_ids(self, pods):
         return {p["metadata"]["labels"][ANN + "sandbox-id"] for p in pods}
