@@ -189,6 +189,23 @@ static fe_ctx ctx_of(int64_t timeout_ms)
         return (fe_ctx){ .deadline_ms = cs_now_monotonic_ms() + timeout_ms, .cancel_fd = -1 };
 }
 
+/* Creates session "s<i>" of tenant "t" (cpu_millis 0: the default profile); must succeed. */
+static void create_session(scheduler *s, int i, uint32_t cpu_millis)
+{
+        char session[16];
+        fe_spec spec = {
+                .tenant_id = "t", .session_id = session, .image = "", .cpu_millis = cpu_millis
+        };
+        fe_ctx ctx = ctx_of(10000);
+        cs_error *err = NULL;
+        fe_view v = { 0 };
+
+        snprintf(session, sizeof(session), "s%d", i);
+        assert_int_equal(s->ops->create(s, &spec, &ctx, &v, &err), 0);
+        assert_null(err);
+        fe_view_clear(&v);
+}
+
 /* ---- tests ---- */
 
 /* An agent whose health checks fail (a busy agent, issue: e2e test_50_concurrent_sessions) is
@@ -265,9 +282,7 @@ static void test_placement_prefers_healthy(void **state)
 {
         fake_agent a, b;
         scheduler *s;
-        fe_ctx ctx = ctx_of(10000);
-        char agents[160], session[16];
-        cs_error *err = NULL;
+        char agents[160];
 
         (void)state;
         fake_agent_start(&a, false);
@@ -277,15 +292,8 @@ static void test_placement_prefers_healthy(void **state)
         atomic_store(&a.sick, true);
         /* Readiness stays (b is up): wait for a's two missed checks by time instead. */
         usleep(1000 * 1000);
-        for (int i = 0; i < 4; i++) {
-                fe_spec spec = { .tenant_id = "t", .session_id = session, .image = "" };
-                fe_view v = { 0 };
-
-                snprintf(session, sizeof(session), "s%d", i);
-                assert_int_equal(s->ops->create(s, &spec, &ctx, &v, &err), 0);
-                fe_view_clear(&v);
-        }
-        assert_null(err);
+        for (int i = 0; i < 4; i++)
+                create_session(s, i, 0);
         assert_int_equal(atomic_load(&a.creates), 0);
         assert_int_equal(atomic_load(&b.creates), 4);
         s->ops->free(s);
@@ -300,9 +308,7 @@ static void test_placement_prefers_warm(void **state)
 {
         fake_agent a, b;
         scheduler *s;
-        fe_ctx ctx = ctx_of(10000);
-        char agents[160], session[16];
-        cs_error *err = NULL;
+        char agents[160];
 
         (void)state;
         fake_agent_start(&a, false);
@@ -311,20 +317,9 @@ static void test_placement_prefers_warm(void **state)
         atomic_store(&a.warm, 2);
         s = local_new(agents);
         await_serving(s, true);
-        usleep(200 * 1000); /* a few polls */
-        for (int i = 0; i < 4; i++) {
-                /* Two of another profile, then two of the default one. */
-                fe_spec spec = { .tenant_id = "t",
-                                 .session_id = session,
-                                 .image = "",
-                                 .cpu_millis = i < 2 ? 500 : 0 };
-                fe_view v = { 0 };
-
-                snprintf(session, sizeof(session), "s%d", i);
-                assert_int_equal(s->ops->create(s, &spec, &ctx, &v, &err), 0);
-                fe_view_clear(&v);
-        }
-        assert_null(err);
+        usleep(200 * 1000);         /* a few polls */
+        for (int i = 0; i < 4; i++) /* two of another profile, then two of the default one */
+                create_session(s, i, i < 2 ? 500 : 0);
         assert_int_equal(atomic_load(&a.creates), 3);
         assert_int_equal(atomic_load(&b.creates), 1);
         assert_int_equal(atomic_load(&a.warm), 0);
