@@ -499,7 +499,6 @@ static void *cache_main(void *arg)
 kube_cache *kube_cache_new(const kube_cache_config *cfg, cs_error **err)
 {
         kube_cache *c = cs_xcalloc(1, sizeof(*c));
-        pthread_condattr_t ca;
         int r;
 
         c->client = cfg->client;
@@ -521,10 +520,7 @@ kube_cache *kube_cache_new(const kube_cache_config *cfg, cs_error **err)
         if (!c->rng)
                 c->rng = 1;
         pthread_mutex_init(&c->lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&c->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&c->cond);
         c->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (c->stop_fd < 0) {
                 cs_error_errno(err, errno, "%s: eventfd", c->what);

@@ -223,17 +223,13 @@ static void *pool_main(void *arg)
 
 int kpool_start(kube *k, int64_t size, const char *image, cs_error **err)
 {
-        pthread_condattr_t ca;
         int r;
 
         k->pool_target = size > 0 ? size : 0;
         k->pool_guards = size >= 0;
         k->pool_image = cs_xstrdup(image ?: "");
         pthread_mutex_init(&k->pool_lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&k->pool_cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&k->pool_cond);
         k->pool_init = true;
         if (size > 0 && kpool_check(image, size, err) < 0)
                 return -1;

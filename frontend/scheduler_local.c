@@ -782,17 +782,13 @@ scheduler *scheduler_local_new(const local_config *cfg, cs_error **err)
 {
         local *l = cs_xcalloc(1, sizeof(*l));
         _cleanup_free_ char *list = cs_xstrdup(cfg->agents);
-        pthread_condattr_t ca;
         char *save = NULL;
 
         l->s.ops = &local_ops;
         l->cfg = *cfg;
         l->cfg.agents = NULL; /* not kept */
         pthread_mutex_init(&l->lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&l->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&l->cond);
         for (int i = 0; i < SESSION_LOCKS; i++)
                 pthread_mutex_init(&l->session_locks[i], NULL);
         for (char *a = strtok_r(list, ", ", &save); a; a = strtok_r(NULL, ", ", &save)) {

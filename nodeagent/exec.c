@@ -421,13 +421,9 @@ static int exec_pidfd(runtime *rt, const char *container_id, rt_exec *ex, cs_err
 
 static void terminator_init(terminator *t)
 {
-        pthread_condattr_t ca; /* deadlines are on the monotonic clock */
 
         pthread_mutex_init(&t->lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&t->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&t->cond);
 }
 
 static void terminator_destroy(terminator *t)

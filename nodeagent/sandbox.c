@@ -800,7 +800,6 @@ int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_
                      sb_registry **ret, cs_error **err)
 {
         sb_registry *reg = cs_xcalloc(1, sizeof(*reg));
-        pthread_condattr_t ca;
 
         reg->cfg = *cfg;
         reg->state_dir = cs_xstrdup(cfg->state_dir);
@@ -815,10 +814,7 @@ int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_
         reg->cg = cg;
         reg->log = log;
         pthread_mutex_init(&reg->lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&reg->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&reg->cond);
 
         /* Kube mode keeps no records: its entries come from sb_attach. */
         if ((cfg->kube ? sandbox_attach_open(reg, err) : sandbox_records_open(reg, err)) < 0) {

@@ -593,13 +593,9 @@ spawn_mgr *spawn_mgr_new(spawn_log_fn log, cs_error **err)
 {
         spawn_mgr *m = cs_xcalloc(1, sizeof(*m));
         struct epoll_event ev = { .events = EPOLLIN };
-        pthread_condattr_t ca;
 
         pthread_mutex_init(&m->lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&m->hello, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&m->hello);
         m->log = log;
         m->wake_type = OBJ_WAKE;
         m->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -890,7 +886,6 @@ int spawn_exec_start_input(spawn_link *l, char *const *argv, char *const *env, c
         Compute__Spawner__V1__Start start = COMPUTE__SPAWNER__V1__START__INIT;
         spawn_agent_frame f = COMPUTE__SPAWNER__V1__AGENT_FRAME__INIT;
         spawn_mgr *m = l->m;
-        pthread_condattr_t ca;
         spawn_exec *e;
         const char *bad;
         size_t n_argv = 0, n_env = 0;
@@ -926,10 +921,7 @@ int spawn_exec_start_input(spawn_link *l, char *const *argv, char *const *env, c
                 free(e);
                 return cs_error_errno(err, x, "cannot make an exec's eventfd");
         }
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&e->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&e->cond);
         e->credit = credit;
         e->has_stdin = start.stdin || start.tty;
         e->tty = start.tty;

@@ -825,7 +825,6 @@ static void call_init_request_id(rpc_call *c)
 static rpc_call *call_new(srv_method *sm)
 {
         rpc_call *c = cs_xcalloc(1, sizeof(*c));
-        pthread_condattr_t ca;
         int64_t left;
 
         c->srv = sm->srv;
@@ -846,10 +845,7 @@ static rpc_call *call_new(srv_method *sm)
         rpc_bytes_init(&c->req_bytes);
         c->refs = 2; /* the close op, and the handler (or the refusal batch) */
         pthread_mutex_init(&c->lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* rpc_call_recv_idle */
-        pthread_cond_init(&c->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&c->cond);
         c->close_tag = (rpc_tag){ .fn = on_close, .owner = c };
         c->send_tag = (rpc_tag){ .fn = on_send, .owner = c };
         c->recv_tag = (rpc_tag){ .fn = on_recv, .owner = c };
@@ -1020,7 +1016,6 @@ static void on_shutdown(void *owner, bool ok)
 rpc_server *rpc_server_new(const rpc_server_options *opts)
 {
         rpc_server *srv = cs_xcalloc(1, sizeof(*srv));
-        pthread_condattr_t ca;
         unsigned share;
         grpc_arg args[RPC_N_SIZE_ARGS + 2];
         grpc_channel_args cargs = { .num_args = ARRAY_SIZE(args), .args = args };
@@ -1042,10 +1037,7 @@ rpc_server *rpc_server_new(const rpc_server_options *opts)
         srv->max_message = (int)(opts->max_message ? opts->max_message : RPC_MAX_MESSAGE_BYTES);
         srv->access_level = opts->access_log_level;
         pthread_mutex_init(&srv->lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&srv->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cs_cond_init_monotonic(&srv->cond);
         srv->shutdown_tag = (rpc_tag){ .fn = on_shutdown, .owner = srv };
         srv->unknown = (srv_method){ .m = &unknown_method, .srv = srv, .unknown = true };
         srv->unknown.accept_tag = (rpc_tag){ .fn = on_accept, .owner = &srv->unknown };

@@ -126,6 +126,16 @@ int64_t cs_now_monotonic_ms(void)
         return clock_ms(CLOCK_MONOTONIC);
 }
 
+void cs_cond_init_monotonic(pthread_cond_t *cond)
+{
+        pthread_condattr_t ca;
+
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(cond, &ca);
+        pthread_condattr_destroy(&ca);
+}
+
 int64_t cs_now_monotonic_ns(void)
 {
         struct timespec ts;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,6 +96,9 @@ int cs_mkdir_parents(const char *path, mode_t mode);
 int cs_remove_tree(int dirfd, const char *name);
 
 int64_t cs_now_monotonic_ms(void);
+/* pthread_cond_init on the monotonic clock: pthread_cond_timedwait deadlines are then
+ * cs_now_monotonic_ms() values, unmoved by a change of the wall clock. */
+void cs_cond_init_monotonic(pthread_cond_t *cond);
 /* The same clock in nanoseconds (durations measured for metrics). */
 int64_t cs_now_monotonic_ns(void);
 /* Whether fd has data (or EOF, or an error) to read now, without waiting; false for fd < 0.
