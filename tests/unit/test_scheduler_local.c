@@ -33,7 +33,7 @@ typedef struct fake_agent {
         char sandbox_id[CS_UUID_STRLEN + 1]; /* the one sandbox it holds ("" none) */
         atomic_bool sick;                    /* GetAgentInfo fails (a missed health check) */
         atomic_int creates;                  /* CreateSandbox calls answered */
-        atomic_int warm;                     /* warm sandboxes it reports; a create takes one */
+        atomic_int warm;                     /* warm sandboxes it reports; a default create takes one */
         int status;                          /* its sandbox's compute.v1 status (0: READY) */
         const char *message;                 /* its status_message ("" when NULL) */
         int64_t created_ms;                  /* its created_at (0: unset) */
@@ -122,7 +122,10 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
 
         (void)err;
         atomic_fetch_add(&a->creates, 1);
-        if (atomic_load(&a->warm) > 0)
+        /* Only a create of the default profile (create_session's cpu_millis 0) claims a warm
+         * sandbox, as on a real agent: another profile must not drain the count the poller
+         * reports, or placement would depend on when the poller last ran. */
+        if (!req->cpu_millis && atomic_load(&a->warm) > 0)
                 atomic_fetch_sub(&a->warm, 1);
         resp->sandbox = info_of(call, req->sandbox_id, req->tenant_id, req->session_id,
                                 COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_STARTING);
