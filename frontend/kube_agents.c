@@ -16,6 +16,13 @@
 /* A channel no route holds and no agent pod has the address of any more (the pod moved to
  * another IP, its node went away) is freed by the first lookup after this long. */
 #define CHANNEL_SWEEP_MS 60000
+/* A node whose agent pod is not up (being replaced: a DaemonSet rollout, a crashed agent's
+ * restart) is waited for this long within the call's deadline before the call fails with
+ * UNAVAILABLE, as an API server that cannot be reached is (kube_api.c): a rollout takes a
+ * few seconds per node, and a call that waits them out is one the client need not retry. */
+#define AGENT_WAIT_MS 10000
+/* The wait looks at the client's cancellation at least this often. */
+#define AGENT_WAIT_SLICE_MS 250
 
 static bool match_agent(json_t *pod, void *userdata)
 {
@@ -90,15 +97,54 @@ static void channels_sweep_locked(kube *k)
         }
 }
 
-/* The channel to the agent on node, held (channel_release when done). */
-static int agent_channel(kube *k, const char *node, channel **ret, cs_error **err)
+/* The address of the agent pod on node that is up, malloc'd; waits for one (the agent cache
+ * changing) for up to AGENT_WAIT_MS within the call's deadline. NULL with UNAVAILABLE when
+ * none came, or the call's own status when it was cancelled or its deadline passed. */
+static char *await_agent_addr(kube *k, const fe_ctx *ctx, const char *node, cs_error **err)
 {
-        _cleanup_json_ json_t *agent = kube_cache_find(k->agents, match_agent, (void *)node);
-        _cleanup_free_ char *addr = agent ? agent_addr(k, agent) : NULL;
+        int64_t start = cs_now_monotonic_ms();
+        int64_t until = min64(ctx->deadline_ms, start + AGENT_WAIT_MS);
+
+        for (;;) {
+                uint64_t v = kube_cache_version(k->agents);
+                _cleanup_json_ json_t *agent =
+                        kube_cache_find(k->agents, match_agent, (void *)node);
+                char *addr = agent ? agent_addr(k, agent) : NULL;
+                int64_t now = cs_now_monotonic_ms();
+
+                if (addr) {
+                        if (now - start >= AGENT_WAIT_SLICE_MS)
+                                log_info("node agent on node %s is up again after %" PRId64 " ms",
+                                         node, now - start);
+                        return addr;
+                }
+                if (fe_ctx_cancelled(ctx) || now >= ctx->deadline_ms) {
+                        cs_error_set(
+                                err, fe_ctx_cancel_status(ctx),
+                                "no node agent on node %s: the call ended after waiting %" PRId64
+                                " ms for one",
+                                node, now - start);
+                        return NULL;
+                }
+                if (now >= until) {
+                        cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                                     "no node agent on node %s (waited %" PRId64 " ms for one)",
+                                     node, now - start);
+                        return NULL;
+                }
+                kube_cache_wait_change(k->agents, v, min64(until, now + AGENT_WAIT_SLICE_MS));
+        }
+}
+
+/* The channel to the agent on node, held (channel_release when done). */
+static int agent_channel(kube *k, const fe_ctx *ctx, const char *node, channel **ret,
+                         cs_error **err)
+{
+        _cleanup_free_ char *addr = await_agent_addr(k, ctx, node, err);
         channel *c;
 
         if (!addr)
-                return cs_error_set(err, GRPC_STATUS_UNAVAILABLE, "no node agent on node %s", node);
+                return -1;
         pthread_mutex_lock(&k->lock);
         channels_sweep_locked(k);
         for (c = k->channels; c; c = c->next) {
@@ -138,7 +184,8 @@ static void channel_hold_end(void *arg)
         free(h);
 }
 
-int kagent_route(kube *k, const char *id, json_t *pod, fe_route *ret, cs_error **err)
+int kagent_route(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, fe_route *ret,
+                 cs_error **err)
 {
         const char *node = kube_get_str(pod, "spec.nodeName");
         const char *mp = kobj_workspace_mount_path(pod);
@@ -151,7 +198,7 @@ int kagent_route(kube *k, const char *id, json_t *pod, fe_route *ret, cs_error *
         if (!mp || strlen(mp) >= sizeof(ret->mount_path))
                 return cs_error_set(err, GRPC_STATUS_INTERNAL,
                                     "pod of sandbox %s has no usable workspace volumeMount", id);
-        if (agent_channel(k, node, &c, err) < 0)
+        if (agent_channel(k, ctx, node, &c, err) < 0)
                 return -1;
         h = cs_xcalloc(1, sizeof(*h));
         h->k = k;
@@ -180,7 +227,7 @@ int kagent_usage(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, usage_
         fe_route route;
         int r;
 
-        if (kagent_route(k, id, pod, &route, err) < 0)
+        if (kagent_route(k, ctx, id, pod, &route, err) < 0)
                 return -1;
         pr.pod_namespace = route.pod_namespace;
         pr.pod_name = route.pod_name;

@@ -435,7 +435,7 @@ static int kube_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route 
                 switch (kobj_pod_status(pod)) {
                 case FE_STATUS_READY:
                         /* The channel is held until the caller releases the route. */
-                        return kagent_route(k, id, pod, ret, err);
+                        return kagent_route(k, ctx, id, pod, ret, err);
                 case FE_STATUS_FAILED:
                         return failed_precondition(id, pod, err);
                 default:

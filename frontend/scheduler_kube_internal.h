@@ -126,9 +126,10 @@ int kapi_delete_pod(kube *k, const fe_ctx *ctx, json_t *pod, cs_error **err);
 /* --- kube_agents.c: the node agent channel pool and routing ----------------------------- */
 
 /* The route to a sandbox pod that is on a node, through the agent pod on that node; it holds
- * its pooled channel until fe_route_release(). UNAVAILABLE when the pod has no node yet or
- * the node no running agent. */
-int kagent_route(kube *k, const char *id, json_t *pod, fe_route *ret, cs_error **err);
+ * its pooled channel until fe_route_release(). UNAVAILABLE when the pod has no node yet, or
+ * the node has had no running agent for the 10 s waited for one (within ctx's deadline). */
+int kagent_route(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, fe_route *ret,
+                 cs_error **err);
 
 /* The sandbox's cumulative usage, measured now by its node's agent. */
 int kagent_usage(kube *k, const fe_ctx *ctx, const char *id, json_t *pod, usage_metrics *ret,

@@ -587,7 +587,53 @@ class KubeSchedulerTest(unittest.TestCase):
         self.make_ready(r.sandbox_id, node="node-without-agent")
         code, msg = error_of(self.c.exec, r.sandbox_id, "true", rpc_timeout=30)
         self.assertEqual(code, grpc.StatusCode.UNAVAILABLE)
-        self.assertIn("no node agent on node node-without-agent", msg)
+        self.assertIn("no node agent on node node-without-agent (waited", msg)
+        # A shorter deadline than the frontend's wait for an agent ends the call by itself.
+        code, msg = error_of(self.c.exec, r.sandbox_id, "true", rpc_timeout=1)
+        self.assertEqual(code, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+    def test_call_waits_for_a_replaced_agent(self):
+        """A node whose agent pod is being replaced (a DaemonSet rollout): a call made in the
+        gap waits for the new pod, within its deadline, instead of failing UNAVAILABLE."""
+        first, second = FakeAgent("agent-w-1"), FakeAgent("agent-w-2")
+        try:
+            self.add_agent_pod("node-w", first.port, name="agent-w-1")
+            r = self.c.create(*self.new_session())
+            self.make_ready(r.sandbox_id, node="node-w")
+            self.assert_exec_reaches(r.sandbox_id, first)
+            self.api.delete("pods", AGENT_NS, "agent-w-1", grace_period_seconds=0)
+            first.stop()
+            added = threading.Event()
+
+            def add_second():
+                added.set()
+                self.add_agent_pod("node-w", second.port, name="agent-w-2")
+
+            timer = threading.Timer(3.0, add_second)
+            timer.start()
+            try:
+                while True:
+                    # A call made before the frontend's agent cache has seen the old pod go
+                    # still goes to its address and is refused at once; once it has, the
+                    # call waits for the new pod. The call that succeeds must have been made
+                    # before the new pod existed.
+                    early = not added.is_set()
+                    try:
+                        out, _, done, _ = self.c.exec(r.sandbox_id, "whoami", rpc_timeout=30)
+                        break
+                    except grpc.RpcError as e:
+                        self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+                        self.assertNotIn("no node agent", e.details())
+                        self.assertFalse(added.is_set(), e.details())
+                        time.sleep(0.05)
+            finally:
+                timer.join()
+            self.assertTrue(early, "no call was made in the gap between the agent pods")
+            self.assertEqual(done.exit_code, 0)
+            self.assertEqual(out, f"agent-w-2 {r.sandbox_id}\n".encode())
+        finally:
+            first.stop()
+            second.stop()
 
     def test_agent_moves_to_new_ip(self):
         """An agent pod replaced on its node (new pod, new port here): routes follow."""
