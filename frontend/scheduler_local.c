@@ -313,10 +313,8 @@ static void await_listed(local *l, const fe_ctx *ctx)
         pthread_mutex_lock(&l->lock);
         while (!l->stopping && !all_listed_locked(l) && now < end && !fe_ctx_cancelled(ctx)) {
                 /* Short slices: the cancel fd is not a condition variable. */
-                int64_t wake = now + FAST_POLL_MS < end ? now + FAST_POLL_MS : end;
-                struct timespec ts = { .tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000 };
-
-                pthread_cond_timedwait(&l->cond, &l->lock, &ts);
+                cs_cond_wait_until(&l->cond, &l->lock,
+                                   now + FAST_POLL_MS < end ? now + FAST_POLL_MS : end);
                 now = cs_now_monotonic_ms();
         }
         pthread_mutex_unlock(&l->lock);
@@ -327,18 +325,14 @@ static void *poller_main(void *arg)
         local *l = arg;
 
         for (;;) {
-                struct timespec ts;
                 int64_t wake;
 
                 pthread_mutex_lock(&l->lock);
                 wake = cs_now_monotonic_ms() + (all_listed_locked(l) && any_healthy_locked(l)
                                                         ? l->cfg.poll_ms
                                                         : FAST_POLL_MS);
-                while (!l->stopping && cs_now_monotonic_ms() < wake) {
-                        ts.tv_sec = wake / 1000;
-                        ts.tv_nsec = (wake % 1000) * 1000000;
-                        pthread_cond_timedwait(&l->cond, &l->lock, &ts);
-                }
+                while (!l->stopping && cs_now_monotonic_ms() < wake)
+                        cs_cond_wait_until(&l->cond, &l->lock, wake);
                 if (l->stopping) {
                         pthread_mutex_unlock(&l->lock);
                         return NULL;

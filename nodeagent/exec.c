@@ -151,9 +151,7 @@ static bool wait_exited(terminator *t, int64_t timeout_ms)
 
         pthread_mutex_lock(&t->lock);
         while (!t->exited) {
-                struct timespec ts = { .tv_sec = deadline / 1000,
-                                       .tv_nsec = (deadline % 1000) * 1000000 };
-                if (pthread_cond_timedwait(&t->cond, &t->lock, &ts) == ETIMEDOUT)
+                if (cs_cond_wait_until(&t->cond, &t->lock, deadline) == ETIMEDOUT)
                         break;
         }
         exited = t->exited;
@@ -167,11 +165,8 @@ static bool wait_stop(terminator *t)
         bool stop;
 
         pthread_mutex_lock(&t->lock);
-        while (!t->exited && t->reason == STOP_NONE && cs_now_monotonic_ms() < t->deadline) {
-                struct timespec ts = { .tv_sec = t->deadline / 1000,
-                                       .tv_nsec = (t->deadline % 1000) * 1000000 };
-                pthread_cond_timedwait(&t->cond, &t->lock, &ts);
-        }
+        while (!t->exited && t->reason == STOP_NONE && cs_now_monotonic_ms() < t->deadline)
+                cs_cond_wait_until(&t->cond, &t->lock, t->deadline);
         if (!t->exited && t->reason == STOP_NONE)
                 t->reason = STOP_TIMEOUT;
         stop = !t->exited;

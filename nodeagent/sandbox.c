@@ -742,17 +742,8 @@ int sb_acquire(sb_registry *reg, const char *id, bool need_ready, int64_t wait_r
                         r = cs_error_set(err, GRPC_STATUS_CANCELLED, "cancelled while waiting");
                         break;
                 }
-                {
-                        /* Short slices: the cancel fd cannot wake a condition variable. */
-                        struct timespec ts;
-                        clock_gettime(CLOCK_MONOTONIC, &ts);
-                        ts.tv_nsec += 50 * 1000000;
-                        if (ts.tv_nsec >= 1000000000) {
-                                ts.tv_sec++;
-                                ts.tv_nsec -= 1000000000;
-                        }
-                        pthread_cond_timedwait(&reg->cond, &reg->lock, &ts);
-                }
+                /* Short slices: the cancel fd cannot wake a condition variable. */
+                cs_cond_wait_until(&reg->cond, &reg->lock, cs_now_monotonic_ms() + 50);
         }
         if (r == 0)
                 *ret = sandbox_ref_locked(sb);

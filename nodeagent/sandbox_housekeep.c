@@ -154,17 +154,13 @@ void *sandbox_housekeeper_main(void *arg)
         sb_registry *reg = arg;
 
         for (unsigned tick = 1;; tick++) {
-                struct timespec ts;
                 sandbox **refs;
                 size_t n = 0, cap = 0;
                 int64_t wake = cs_now_monotonic_ms() + reg->cfg.sample_interval_ms;
 
                 pthread_mutex_lock(&reg->lock);
-                while (!reg->stopping && cs_now_monotonic_ms() < wake) {
-                        ts.tv_sec = wake / 1000;
-                        ts.tv_nsec = (wake % 1000) * 1000000;
-                        pthread_cond_timedwait(&reg->cond, &reg->lock, &ts);
-                }
+                while (!reg->stopping && cs_now_monotonic_ms() < wake)
+                        cs_cond_wait_until(&reg->cond, &reg->lock, wake);
                 if (reg->stopping) {
                         pthread_mutex_unlock(&reg->lock);
                         return NULL;

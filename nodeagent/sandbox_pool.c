@@ -185,7 +185,6 @@ static void *filler_main(void *arg)
         }
         pthread_mutex_lock(&reg->lock);
         while (!reg->stopping) {
-                struct timespec ts;
                 int64_t wake;
 
                 if (need_id) {
@@ -213,9 +212,7 @@ static void *filler_main(void *arg)
                 wake = cs_now_monotonic_ms() + POOL_IDLE_CHECK_MS;
                 if (reg->pool_retry_at_ms > cs_now_monotonic_ms() && reg->pool_retry_at_ms < wake)
                         wake = reg->pool_retry_at_ms;
-                ts.tv_sec = wake / 1000;
-                ts.tv_nsec = (wake % 1000) * 1000000;
-                pthread_cond_timedwait(&reg->cond, &reg->lock, &ts);
+                cs_cond_wait_until(&reg->cond, &reg->lock, wake);
         }
         pthread_mutex_unlock(&reg->lock);
         return NULL;

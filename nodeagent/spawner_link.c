@@ -775,7 +775,6 @@ spawn_link *spawn_mgr_link_wait(spawn_mgr *m, const char *key, int64_t first_ms)
         pthread_mutex_lock(&m->lock);
         for (;;) {
                 int64_t until;
-                struct timespec ts;
 
                 ep = ep_find_locked(m, key);
                 if (ep && ep->conn && ep->conn->hello && !ep->conn->broken) {
@@ -787,9 +786,7 @@ spawn_link *spawn_mgr_link_wait(spawn_mgr *m, const char *key, int64_t first_ms)
                 until = ep->born + first_ms;
                 if (cs_now_monotonic_ms() >= until)
                         break;
-                ts = (struct timespec){ .tv_sec = until / 1000,
-                                        .tv_nsec = (until % 1000) * 1000000 };
-                pthread_cond_timedwait(&m->hello, &m->lock, &ts);
+                cs_cond_wait_until(&m->hello, &m->lock, until);
         }
         pthread_mutex_unlock(&m->lock);
         return l;
@@ -1015,11 +1012,8 @@ bool spawn_exec_wait(spawn_exec *e, int64_t until_ms)
         bool done;
 
         pthread_mutex_lock(&m->lock);
-        while (!(e->exited || e->failed) && !e->poked && cs_now_monotonic_ms() < until_ms) {
-                struct timespec ts = { .tv_sec = until_ms / 1000,
-                                       .tv_nsec = (until_ms % 1000) * 1000000 };
-                pthread_cond_timedwait(&e->cond, &m->lock, &ts);
-        }
+        while (!(e->exited || e->failed) && !e->poked && cs_now_monotonic_ms() < until_ms)
+                cs_cond_wait_until(&e->cond, &m->lock, until_ms);
         e->poked = false;
         done = e->exited || e->failed;
         pthread_mutex_unlock(&m->lock);

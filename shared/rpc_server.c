@@ -617,13 +617,8 @@ int rpc_call_recv_idle(rpc_call *c, size_t max_bytes, int64_t idle_ms, ProtobufC
         }
         pthread_mutex_lock(&c->lock);
         while (c->recv_pending && !c->recv_abandoned) {
-                struct timespec ts = { .tv_sec = until / 1000,
-                                       .tv_nsec = (until % 1000) * 1000000 };
-
-                if (until == INT64_MAX)
-                        pthread_cond_wait(&c->cond, &c->lock);
-                else if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT &&
-                         c->recv_pending && !c->recv_abandoned) {
+                if (cs_cond_wait_until(&c->cond, &c->lock, until) == ETIMEDOUT && c->recv_pending &&
+                    !c->recv_abandoned) {
                         /* The pending read is the layer's now, as after an abandon. */
                         c->recv_abandoned = true;
                         pthread_mutex_unlock(&c->lock);
@@ -1305,11 +1300,7 @@ unsigned rpc_server_active_calls(rpc_server *srv)
 static void wait_until(rpc_server *srv, bool (*pred)(rpc_server *), int64_t deadline_ms)
 {
         while (!pred(srv)) {
-                struct timespec ts = { .tv_sec = deadline_ms / 1000,
-                                       .tv_nsec = (deadline_ms % 1000) * 1000000 };
-                if (deadline_ms == INT64_MAX)
-                        pthread_cond_wait(&srv->cond, &srv->lock);
-                else if (pthread_cond_timedwait(&srv->cond, &srv->lock, &ts) == ETIMEDOUT)
+                if (cs_cond_wait_until(&srv->cond, &srv->lock, deadline_ms) == ETIMEDOUT)
                         return;
         }
 }

@@ -136,6 +136,19 @@ void cs_cond_init_monotonic(pthread_cond_t *cond)
         pthread_condattr_destroy(&ca);
 }
 
+int cs_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, int64_t until_ms)
+{
+        struct timespec ts;
+
+        if (until_ms == INT64_MAX)
+                return pthread_cond_wait(cond, lock);
+        if (until_ms < 0)
+                until_ms = 0;
+        ts.tv_sec = until_ms / 1000;
+        ts.tv_nsec = (until_ms % 1000) * 1000000;
+        return pthread_cond_timedwait(cond, lock, &ts);
+}
+
 int64_t cs_now_monotonic_ns(void)
 {
         struct timespec ts;

@@ -99,6 +99,10 @@ int64_t cs_now_monotonic_ms(void);
 /* pthread_cond_init on the monotonic clock: pthread_cond_timedwait deadlines are then
  * cs_now_monotonic_ms() values, unmoved by a change of the wall clock. */
 void cs_cond_init_monotonic(pthread_cond_t *cond);
+/* pthread_cond_timedwait on such a condition (lock held) until until_ms, a
+ * cs_now_monotonic_ms() value; INT64_MAX waits without a limit. ETIMEDOUT once until_ms has
+ * passed, else 0 (signalled, or woken spuriously: the caller looks at its predicate again). */
+int cs_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, int64_t until_ms);
 /* The same clock in nanoseconds (durations measured for metrics). */
 int64_t cs_now_monotonic_ns(void);
 /* Whether fd has data (or EOF, or an error) to read now, without waiting; false for fd < 0.
