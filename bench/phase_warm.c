@@ -53,7 +53,7 @@ static int first_call(bench_ctx *b, uint32_t cpu_millis, double *ret_ms, double 
 int phase_warm(bench_ctx *b, const char *sid, cs_error **err)
 {
         samples warm = { 0 }, cold = { 0 }, warm_create = { 0 }, cold_create = { 0 };
-        int reps = b->quick ? 3 : 12, misses = 0, r = -1;
+        int reps = b->quick ? 3 : 24, misses = 0, r = -1;
         struct timespec pause = { .tv_sec = WARM_REFILL_MS / 1000,
                                   .tv_nsec = (WARM_REFILL_MS % 1000) * 1000000L };
 

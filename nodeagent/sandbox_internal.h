@@ -151,7 +151,8 @@ struct sb_registry {
         pthread_t pool_filler;
         bool pool_filler_running;
         int pool_fail_streak;
-        int64_t pool_retry_at_ms; /* monotonic: no refill before */
+        int64_t pool_retry_at_ms;   /* monotonic: no refill before (failures' backoff) */
+        int64_t pool_hold_until_ms; /* monotonic: no refill before (a claim's hold) */
         uint64_t pool_hits, pool_misses;
         cs_histogram pool_claim_seconds;
 };
