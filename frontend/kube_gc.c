@@ -1,8 +1,8 @@
 /* The kube workspace GC (`compute-frontend --mode gc`, a CronJob): one pass deletes the PVCs
  * whose delete-after has passed, the pods an interrupted destroy left, marks or deletes the
- * orphans no destroy will clean up, and deletes the warm pool's session guards whose sandbox
- * is gone. Owns nothing between passes (a client of its own per pass); touches the API
- * server only, each delete with preconditions. */
+ * orphans no destroy will clean up, deletes the warm pool's session guards whose sandbox
+ * is gone and the warm pods claimed for a session that never got them. Owns nothing between passes
+ * (a client of its own per pass); touches the API server only, each delete with preconditions. */
 #include <stdio.h>
 #include <string.h>
 
@@ -201,6 +201,72 @@ static void gc_guards(kube_client *kc, const char *ns, json_t *guards, json_t *p
         }
 }
 
+/* A warm pod claimed (kube_pool.c) by a create that ended before it wrote the session's
+ * guard, or that lost the guard to another create and could not release its pod, and that no
+ * retry took over: no client was ever given its id (a create answers only once the guard
+ * names its pod). Such a pod, claimed or taken over more than GC_ORPHAN_AGE_MS ago, whose
+ * session's guard is missing or names another sandbox, is deleted with the uid and
+ * resourceVersion listed as preconditions, then its PVC. A retry that takes the pod over
+ * meanwhile changes its resourceVersion first (ANN_ADOPTED_AT), so the delete fails and the
+ * pod stays; a delete that wins leaves the retry a 404 or 409, and it claims another pod.
+ * Guards were listed after pods, so a guard written before this pass is seen. */
+static void gc_abandoned_claims(kube_client *kc, const char *ns, json_t *pods, json_t *guards,
+                                int64_t now_ms)
+{
+        _cleanup_json_ json_t *guard_of = json_object();
+        json_t *o;
+        size_t i;
+
+        json_array_foreach(guards, i, o)
+        {
+                const char *name = kube_get_str(o, "metadata.name");
+                const char *id = kube_get_str(o, "data." GUARD_KEY);
+                if (name && !kobj_being_deleted(o))
+                        json_object_set_new(guard_of, name, json_string(id ?: ""));
+        }
+        json_array_foreach(pods, i, o)
+        {
+                _cleanup_error_ cs_error *e = NULL;
+                _cleanup_free_ char *path = NULL, *pvc_path = NULL;
+                const char *id = kobj_label(o, LABEL_SANDBOX_ID),
+                           *name = kube_get_str(o, "metadata.name"),
+                           *tenant = kobj_annotation(o, ANN_TENANT_ID),
+                           *session = kobj_annotation(o, ANN_SESSION_ID),
+                           *claimed = kobj_annotation(o, ANN_CLAIMED_AT),
+                           *adopted = kobj_annotation(o, ANN_ADOPTED_AT);
+                int64_t claimed_ms = kobj_time_of(claimed), adopted_ms = kobj_time_of(adopted);
+                char guard[KOBJ_POD_NAME_LEN + 1];
+                const char *guarded;
+
+                if (!id || !name || !claimed || !tenant || !tenant[0] || !session ||
+                    kobj_being_deleted(o) || claimed_ms <= 0 ||
+                    now_ms - claimed_ms < GC_ORPHAN_AGE_MS ||
+                    (adopted && (adopted_ms <= 0 || now_ms - adopted_ms < GC_ORPHAN_AGE_MS)))
+                        continue;
+                kobj_pod_name(tenant, session, guard);
+                guarded = json_string_value(json_object_get(guard_of, guard));
+                if (guarded && strcmp(guarded, id) == 0)
+                        continue;
+                path = cs_xasprintf("/api/v1/namespaces/%s/pods/%s", ns, name);
+                if (kapi_delete_exact(kc, NULL, path, kube_get_str(o, "metadata.uid"),
+                                      kube_get_str(o, "metadata.resourceVersion"), &e) != 0) {
+                        if (e)
+                                log_warn("gc: sandbox %s: cannot delete abandoned claim %s/%s: %s",
+                                         id, ns, name, e->msg);
+                        continue;
+                }
+                log_info("gc: sandbox %s: deleted pod %s/%s, claimed from the warm pool at %s "
+                         "and never given to a client (%s)",
+                         id, ns, name, claimed,
+                         guarded ? "its session's guard names another sandbox"
+                                 : "its session has no guard");
+                pvc_path =
+                        cs_xasprintf("/api/v1/namespaces/%s/persistentvolumeclaims/ws-%s", ns, id);
+                if (kapi_delete_exact(kc, NULL, pvc_path, NULL, NULL, &e) < 0)
+                        log_warn("gc: sandbox %s: cannot delete PVC ws-%s: %s", id, id, e->msg);
+        }
+}
+
 int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, cs_error **err)
 {
         const char *ns = cfg->sandbox_namespace && cfg->sandbox_namespace[0]
@@ -271,6 +337,7 @@ int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, c
         gc_pods(kc, ns, pods, destroyed);
         gc_orphans(kc, ns, pvcs, pods, now_ms, cfg->delete_grace_s);
         gc_guards(kc, ns, guards, pods, pvcs, now_ms);
+        gc_abandoned_claims(kc, ns, pods, guards, now_ms);
         kube_client_free(kc);
         *ret_deleted = deleted;
         if (failed)

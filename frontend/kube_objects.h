@@ -32,6 +32,10 @@
  * the usage its idle warm time had used (subtracted from what the agent reads). */
 #define ANN_CLAIMED_AT   "compute.paper-board.io/claimed-at"
 #define ANN_CLAIM_OFFSET "compute.paper-board.io/claim-offset-s"
+/* When a retried create took over a claim an earlier attempt left without its guard: the
+ * patch that writes it changes the pod's resourceVersion, which is what makes the take-over
+ * and the GC's removal of an abandoned claim exclude each other (kube_pool.c, kube_gc.c). */
+#define ANN_ADOPTED_AT "compute.paper-board.io/adopted-at"
 /* A session guard's (a ConfigMap named as the session's pod, kube_pool.c) data key of its
  * sandbox id. */
 #define GUARD_KEY          "sandbox-id"

@@ -529,10 +529,44 @@ static bool match_own_claim(json_t *pod, void *userdata)
                kobj_streq0(kobj_annotation(pod, ANN_SESSION_ID), o->spec->session_id);
 }
 
+/* Takes over a pod this session claimed by an earlier attempt: a merge patch guarded by the
+ * resourceVersion read, writing ANN_ADOPTED_AT. The GC removes a claim left without its guard
+ * (kube_gc.c) with the resourceVersion it read as precondition, so of the two only one
+ * succeeds: a pod the GC removes is never handed out, and a pod handed out is never
+ * removed. 1 with *ret_pod, 0 when the pod changed or went (then claim another), -1. */
+static int adopt_own(kube *k, const fe_ctx *ctx, json_t *pod, json_t **ret_pod, cs_error **err)
+{
+        _cleanup_free_ char *pods = kapi_pods_path(k), *path = NULL;
+        const char *name = kube_get_str(pod, "metadata.name");
+        _cleanup_json_ json_t *patch = NULL;
+        _cleanup_resp_ kube_response r = { 0 };
+        char now[32];
+
+        if (!name)
+                return 0;
+        patch = json_pack("{s:{s:s?, s:{s:s}}}", "metadata", "resourceVersion",
+                          kube_get_str(pod, "metadata.resourceVersion"), "annotations",
+                          ANN_ADOPTED_AT, kube_time_format(cs_now_realtime_ms(), now));
+        path = cs_xasprintf("%s/%s", pods, name);
+        if (kapi_request(k->kc, ctx, "PATCH", path, patch, &r, err) < 0)
+                return -1;
+        if (r.status == 409 || r.status == 404)
+                return 0;
+        if (r.status != 200)
+                return kapi_fail(&r, err, "taking over pod %s/%s", k->ns, name);
+        kube_cache_upsert(k->pods, r.body);
+        if (kobj_being_deleted(r.body))
+                return 0;
+        fe_ctx_log(ctx, CS_LOG_INFO, "took over pod %s/%s, claimed by an earlier attempt", k->ns,
+                   name);
+        *ret_pod = TAKE_PTR(r.body);
+        return 1;
+}
+
 int kpool_claim(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const char *name,
                 json_t **ret_pod, cs_error **err)
 {
-        _cleanup_json_ json_t *cands = json_array();
+        _cleanup_json_ json_t *cands = json_array(), *own_pod = NULL;
         int64_t t0 = cs_now_monotonic_ms();
         own_scan own = { .spec = spec };
         size_t n, start = 0;
@@ -540,11 +574,12 @@ int kpool_claim(kube *k, const fe_ctx *ctx, const kobj_spec *spec, const char *n
 
         /* A retry after a claim whose guard was never written (the frontend died, the call
          * was cancelled) takes that pod again rather than leaving it claimed and unused. */
-        *ret_pod = kube_cache_find(k->pods, match_own_claim, &own);
-        if (*ret_pod) {
-                fe_ctx_log(ctx, CS_LOG_INFO, "re-using pod %s claimed by an earlier attempt",
-                           kube_get_str(*ret_pod, "metadata.name") ?: "?");
-                return 0;
+        *ret_pod = NULL;
+        own_pod = kube_cache_find(k->pods, match_own_claim, &own);
+        if (own_pod) {
+                r = adopt_own(k, ctx, own_pod, ret_pod, err);
+                if (r != 0)
+                        return r < 0 ? -1 : 0;
         }
         kube_cache_each(k->pods, scan_ready, cands);
         n = json_array_size(cands);
