@@ -930,6 +930,7 @@ static void test_trim_odd_json(void **state)
                         t = kobj_trim(o, kind);
                         assert_non_null(t);
                 }
+                json_decref(t);
                 t = kobj_trim(o, KOBJ_SANDBOX_POD);
                 assert_pod_reads_same(o);
                 assert_null(at(t, "metadata.name"));
