@@ -160,7 +160,7 @@ bool kobj_streq0(const char *a, const char *b);
  * the fields some reader of that kind reads (the whitelist in kube_objects.c, which says why
  * each is kept; add a field there when adding a reader of it). Robust to any JSON: fields of
  * an unexpected type are dropped. NULL when obj is not an object; else the caller's. A
- * sandbox pod at 10,000 sandboxes is about a fifth of its size whole (docs/performance.md). */
+ * frontend holds 11 MiB per 1,000 sandboxes so, against 29 whole (docs/performance.md). */
 typedef enum kobj_kind {
         KOBJ_SANDBOX_POD,
         KOBJ_AGENT_POD,
