@@ -1,8 +1,13 @@
 /* The list+watch cache (see kube_cache.h).
  *
  * One thread per cache runs a small state machine:
- *   LIST   every page of the collection into a fresh map; the first page's resourceVersion
- *          becomes the cache's. Success swaps the map in and marks the cache synced.
+ *   LIST   every page of the collection into the map in place, each object replacing the
+ *          cache's copy unless that copy is newer (an upsert); the first page's
+ *          resourceVersion becomes the cache's. When the last page is in, the objects the list
+ *          did not have are removed (unless newer than the list) and the cache is synced.
+ *          Readers meanwhile see each object at its old or its new state, never missing: a
+ *          relist holds one copy of the collection (and a page), not two, and no object
+ *          vanishes and comes back.
  *   WATCH  from the cache's resourceVersion. Events replace or remove objects and advance the
  *          resourceVersion, bookmarks only advance it. A watch the server ends normally is
  *          reopened from there; 410 Gone (as the answer or as an ERROR event) goes back to
@@ -39,6 +44,7 @@ struct kube_cache {
         kube_client *client;
         char *path, *selector, *what;
         int64_t watch_timeout_s, page_limit, backoff_min_ms, backoff_max_ms;
+        json_t *(*trim)(json_t *obj);
 
         pthread_mutex_t lock;
         pthread_cond_t cond;
@@ -233,18 +239,49 @@ static void index_rebuild_locked(kube_cache *c)
         json_object_foreach(c->objects, name, obj) index_put_locked(c, name, obj);
 }
 
-/* What the cache keeps of an object: all but metadata.managedFields, which nothing here
- * reads and which is a large part of a real API server's objects (client-go's informers
- * drop it the same way, with a transform). */
-static void trim(json_t *obj)
+/* What the cache keeps of an object, as a new reference (NULL: nothing): the configured
+ * trim's copy, else obj without metadata.managedFields, which nothing here reads and which is
+ * a large part of a real API server's objects (client-go's informers drop it the same way,
+ * with a transform). own: obj is the cache's to change (a list item, an event). Called
+ * outside the lock. */
+static json_t *kept(kube_cache *c, json_t *obj, bool own)
 {
+        if (c->trim)
+                return c->trim(obj);
+        obj = own ? json_incref(obj) : json_deep_copy(obj);
         json_object_del(json_object_get(obj, "metadata"), "managedFields");
+        return obj;
 }
 
-/* Reads one page into objects; *ret_cont is the continue token (NULL on the last page).
- * 1 when the continue token expired, 0 on success, -1 on failure (noted). */
-static int list_page(kube_cache *c, const char *cont, json_t *objects, char **ret_rv,
-                     char **ret_cont)
+/* Stores what is kept of an object (a new reference, taken) under name unless the cache
+ * holds a newer copy (an upsert after the list or event it comes from). */
+static void store_locked(kube_cache *c, const char *name, json_t *obj)
+{
+        json_t *old = json_object_get(c->objects, name);
+
+        if (old && rv_cmp(obj_rv(old), obj_rv(obj)) == 1) {
+                json_decref(obj);
+                return;
+        }
+        json_object_set_new(c->objects, name, obj);
+        index_put_locked(c, name, obj);
+}
+
+/* Removes the object stored under name (and its index entry). */
+static void remove_locked(kube_cache *c, const char *name)
+{
+        json_t *old = json_object_get(c->objects, name);
+        const char *v = c->index_key && old ? label_of(old, c->index_key) : NULL;
+
+        if (v && str_eq(json_string_value(json_object_get(c->index, v)), name))
+                json_object_del(c->index, v);
+        json_object_del(c->objects, name);
+}
+
+/* Reads one page into the cache (store_locked), noting each object's name in seen; *ret_cont
+ * is the continue token (NULL on the last page). 1 when the continue token expired, 0 on
+ * success, -1 on failure (noted). */
+static int list_page(kube_cache *c, const char *cont, json_t *seen, char **ret_rv, char **ret_cont)
 {
         _cleanup_free_ char *path = list_path(c, cont);
         _cleanup_error_ cs_error *err = NULL;
@@ -267,15 +304,28 @@ static int list_page(kube_cache *c, const char *cont, json_t *objects, char **re
                 kube_response_clear(&resp);
                 return -1;
         }
+        /* Trimmed outside the lock, each item's whole copy freed as it goes. */
         items = json_object_get(resp.body, "items");
         json_array_foreach(items, i, item)
         {
                 const char *name = kube_get_str(item, "metadata.name");
+                json_t *k = name ? kept(c, item, true) : NULL;
+
+                json_array_set_new(items, i, k ? k : json_null());
+        }
+        pthread_mutex_lock(&c->lock);
+        json_array_foreach(items, i, item)
+        {
+                const char *name = kube_get_str(item, "metadata.name");
+
                 if (name) {
-                        trim(item);
-                        json_object_set(objects, name, item);
+                        json_object_set_new(seen, name, json_true());
+                        store_locked(c, name, json_incref(item));
                 }
         }
+        c->version++;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
         s = kube_get_str(resp.body, "metadata.resourceVersion");
         if (!*ret_rv && s)
                 *ret_rv = cs_xstrdup(s);
@@ -285,36 +335,53 @@ static int list_page(kube_cache *c, const char *cont, json_t *objects, char **re
         return 0;
 }
 
-/* Lists the whole collection and swaps it in. 0, or -1 (noted). */
+/* Removes the objects a complete list did not have, but for those newer than it (upserted
+ * since: the watch from the list's resourceVersion will say what becomes of them). */
+static void drop_unseen_locked(kube_cache *c, json_t *seen, const char *rv)
+{
+        const char *name;
+        json_t *obj;
+        void *it;
+
+        for (it = json_object_iter(c->objects); it;) {
+                name = json_object_iter_key(it);
+                obj = json_object_iter_value(it);
+                it = json_object_iter_next(c->objects, it);
+                if (!json_object_get(seen, name) && rv_cmp(obj_rv(obj), rv) != 1)
+                        remove_locked(c, name);
+        }
+}
+
+/* Lists the whole collection into the cache in place. 0, or -1 (noted; the objects listed
+ * so far are in, the others as they were). */
 static int do_list(kube_cache *c)
 {
         for (unsigned restarts = 0;; restarts++) {
-                json_t *objects = json_object();
+                json_t *seen = json_object();
                 _cleanup_free_ char *rv = NULL, *cont = NULL;
                 int r;
 
                 do {
                         char *next = NULL;
-                        r = list_page(c, cont, objects, &rv, &next);
+                        r = list_page(c, cont, seen, &rv, &next);
                         free(cont);
                         cont = next;
                 } while (r == 0 && cont);
                 if (r == 0) {
                         pthread_mutex_lock(&c->lock);
-                        json_decref(c->objects);
-                        c->objects = objects;
-                        index_rebuild_locked(c);
+                        drop_unseen_locked(c, seen, rv);
                         set_rv_locked(c, rv);
                         c->version++;
                         if (!c->synced)
                                 log_info("%s: synced (%zu objects)", c->what,
-                                         json_object_size(objects));
+                                         json_object_size(c->objects));
                         c->synced = true;
                         pthread_cond_broadcast(&c->cond);
                         pthread_mutex_unlock(&c->lock);
+                        json_decref(seen);
                         return 0;
                 }
-                json_decref(objects);
+                json_decref(seen);
                 if (r < 0)
                         return -1;
                 if (restarts + 1 >= MAX_LIST_RESTARTS) {
@@ -338,33 +405,27 @@ enum {
         EV_ERROR = 2
 };
 
-static void apply_locked(kube_cache *c, const char *type, json_t *obj)
+/* k: what is kept of obj (taken; NULL for a DELETED event). */
+static void apply_locked(kube_cache *c, const char *type, json_t *obj, json_t *k)
 {
         const char *name = kube_get_str(obj, "metadata.name");
         const char *rv = obj_rv(obj);
 
-        if (!name)
+        if (!name) {
+                json_decref(k);
                 return;
+        }
         if (strcmp(type, "DELETED") == 0) {
                 /* A late DELETED of an old incarnation must not drop a newer one (recreated
                  * under the same name and upserted already). */
                 json_t *old = json_object_get(c->objects, name);
                 const char *uid = kube_get_str(obj, "metadata.uid");
                 const char *old_uid = old ? kube_get_str(old, "metadata.uid") : NULL;
-                if (!uid || !old_uid || strcmp(uid, old_uid) == 0) {
-                        const char *v = c->index_key ? label_of(old, c->index_key) : NULL;
-                        if (v && str_eq(json_string_value(json_object_get(c->index, v)), name))
-                                json_object_del(c->index, v);
-                        json_object_del(c->objects, name);
-                }
-        } else {
-                json_t *old = json_object_get(c->objects, name);
+                if (!uid || !old_uid || strcmp(uid, old_uid) == 0)
+                        remove_locked(c, name);
+        } else if (k) {
                 /* An upsert may have put a newer copy there already. */
-                if (!old || rv_cmp(obj_rv(old), rv) != 1) {
-                        trim(obj);
-                        json_object_set(c->objects, name, obj);
-                        index_put_locked(c, name, obj);
-                }
+                store_locked(c, name, k);
         }
         set_rv_locked(c, rv);
         c->version++;
@@ -390,13 +451,19 @@ static int on_event(const char *type, json_t *obj, void *userdata)
         /* Events flow again: the incident (if any) is over, and the backoff starts afresh. */
         if (ws->events == 1)
                 note_success(c);
-        pthread_mutex_lock(&c->lock);
-        if (strcmp(type, "BOOKMARK") == 0)
+        if (strcmp(type, "BOOKMARK") == 0) {
+                pthread_mutex_lock(&c->lock);
                 set_rv_locked(c, obj_rv(obj));
-        else if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0 ||
-                 strcmp(type, "DELETED") == 0)
-                apply_locked(c, type, obj);
-        pthread_mutex_unlock(&c->lock);
+                pthread_mutex_unlock(&c->lock);
+        } else if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0 ||
+                   strcmp(type, "DELETED") == 0) {
+                /* Trimmed before the lock is taken. */
+                json_t *k = strcmp(type, "DELETED") != 0 ? kept(c, obj, true) : NULL;
+
+                pthread_mutex_lock(&c->lock);
+                apply_locked(c, type, obj, k);
+                pthread_mutex_unlock(&c->lock);
+        }
         return 0;
 }
 
@@ -512,6 +579,7 @@ kube_cache *kube_cache_new(const kube_cache_config *cfg, cs_error **err)
         c->page_limit = cfg->page_limit > 0 ? cfg->page_limit : DEFAULT_PAGE_LIMIT;
         c->backoff_min_ms = cfg->backoff_min_ms > 0 ? cfg->backoff_min_ms : DEFAULT_BACKOFF_MIN_MS;
         c->backoff_max_ms = cfg->backoff_max_ms > 0 ? cfg->backoff_max_ms : DEFAULT_BACKOFF_MAX_MS;
+        c->trim = cfg->trim;
         if (c->backoff_max_ms < c->backoff_min_ms)
                 c->backoff_max_ms = c->backoff_min_ms;
         c->objects = json_object();
@@ -680,21 +748,24 @@ void kube_cache_upsert(kube_cache *c, json_t *obj)
 {
         const char *name = kube_get_str(obj, "metadata.name");
         const char *rv = obj_rv(obj);
-        json_t *old;
+        json_t *old, *copy;
 
         if (!name || !rv)
+                return;
+        /* Made outside the lock; most upserts are kept (the answer to a write). */
+        copy = kept(c, obj, false);
+        if (!copy)
                 return;
         pthread_mutex_lock(&c->lock);
         old = json_object_get(c->objects, name);
         if (old ? rv_cmp(rv, obj_rv(old)) > 0 : rv_cmp(rv, c->rv) > 0) {
-                json_t *copy = json_deep_copy(obj);
-                trim(copy);
-                json_object_set_new(c->objects, name, copy);
-                index_put_locked(c, name, copy);
+                json_object_set_new(c->objects, name, TAKE_PTR(copy));
+                index_put_locked(c, name, json_object_get(c->objects, name));
                 c->version++;
                 pthread_cond_broadcast(&c->cond);
         }
         pthread_mutex_unlock(&c->lock);
+        json_decref(copy);
 }
 
 void kube_cache_stats(kube_cache *c, uint64_t *ret_watch_restarts, uint64_t *ret_relists)

@@ -1,12 +1,13 @@
 /* A list+watch cache ("informer") of one Kubernetes collection: the objects of one path
- * (e.g. /api/v1/namespaces/NS/pods) that match one label selector, kept by name without
- * their metadata.managedFields (nothing reads them; they are much of a real object).
+ * (e.g. /api/v1/namespaces/NS/pods) that match one label selector, kept by name, each as the
+ * configuration's trim makes it (the fields its readers read: kobj_trim), else without its
+ * metadata.managedFields (nothing reads them; they are much of a real object).
  *
  * A thread of its own LISTs the collection (in pages), then WATCHes it from the list's
  * resourceVersion with bookmarks, resuming from the last resourceVersion seen when a watch
- * ends, relisting on 410 Gone, and retrying failures (transport, 429, 5xx) with capped
- * exponential backoff and jitter. Objects handed out are shared and never modified: callers
- * read them and json_decref them, and must not change them.
+ * ends, relisting on 410 Gone (in place, page by page: see kube_cache.c), and retrying failures
+ * (transport, 429, 5xx) with capped exponential backoff and jitter. Objects handed out are shared
+ * and never modified: callers read them and json_decref them, and must not change them.
  *
  * Thread-safe. */
 #pragma once
@@ -30,6 +31,9 @@ typedef struct kube_cache_config {
         int64_t page_limit;         /* LIST page size (0: 500) */
         int64_t backoff_min_ms;     /* 0: 200 */
         int64_t backoff_max_ms;     /* 0: 30000 */
+        /* What is kept of each object (listed, watched or upserted): a new object made from
+         * obj (borrowed), or NULL to keep nothing of it. NULL: all but managedFields. */
+        json_t *(*trim)(json_t *obj);
 } kube_cache_config;
 
 /* Copies the configuration and starts the thread. NULL with *err when the thread cannot

@@ -14,8 +14,11 @@
  * then the PVC, within a call's deadline). */
 #define GC_ORPHAN_AGE_MS (10ll * 60 * 1000)
 
-/* Every object of a collection with the managed-by label, page by page. */
-static int list_managed(kube_client *kc, const char *coll, json_t **ret, cs_error **err)
+/* Every object of a collection with the managed-by label, page by page, each trimmed to what
+ * this pass reads of its kind (kobj_trim: the same whitelist as the frontend's caches), so the
+ * pass holds a fraction of the collection, not all of it whole. */
+static int list_managed(kube_client *kc, const char *coll, kobj_kind kind, json_t **ret,
+                        cs_error **err)
 {
         _cleanup_json_ json_t *all = json_array();
         _cleanup_free_ char *sel = kube_escape(SANDBOX_SELECTOR), *cont = NULL;
@@ -27,12 +30,19 @@ static int list_managed(kube_client *kc, const char *coll, json_t **ret, cs_erro
                                      cont_q ? "&continue=" : "", cont_q ?: "");
                 _cleanup_resp_ kube_response r = { 0 };
                 const char *next;
+                json_t *item;
+                size_t i;
 
                 if (kapi_request(kc, NULL, "GET", path, NULL, &r, err) < 0)
                         return -1;
                 if (r.status != 200 || !json_is_object(r.body))
                         return kapi_fail(&r, err, "listing %s", coll);
-                json_array_extend(all, json_object_get(r.body, "items"));
+                json_array_foreach(json_object_get(r.body, "items"), i, item)
+                {
+                        json_t *t = kobj_trim(item, kind);
+                        if (t)
+                                json_array_append_new(all, t);
+                }
                 next = kube_get_str(r.body, "metadata.continue");
                 free(cont);
                 cont = next && next[0] ? cs_xstrdup(next) : NULL;
@@ -286,9 +296,9 @@ int kube_gc_run(const kube_config *cfg, int64_t now_ms, unsigned *ret_deleted, c
         *ret_deleted = 0;
         if (!kc)
                 return -1;
-        if (list_managed(kc, pvcs_coll, &pvcs, err) < 0 ||
-            list_managed(kc, pods_coll, &pods, err) < 0 ||
-            list_managed(kc, guards_coll, &guards, err) < 0) {
+        if (list_managed(kc, pvcs_coll, KOBJ_WORKSPACE_PVC, &pvcs, err) < 0 ||
+            list_managed(kc, pods_coll, KOBJ_SANDBOX_POD, &pods, err) < 0 ||
+            list_managed(kc, guards_coll, KOBJ_GUARD, &guards, err) < 0) {
                 kube_client_free(kc);
                 return -1;
         }

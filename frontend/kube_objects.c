@@ -619,3 +619,268 @@ json_t *kobj_destroy_annotations(int64_t grace_s, json_t *pod, json_t *pvc, cons
         }
         return a;
 }
+
+/* --- what the caches keep ---------------------------------------------------------------- */
+
+/* One field kept by kobj_trim. A field with neither sub nor keys is a leaf: kept when it is a
+ * scalar (string, number, boolean), dropped otherwise (no reader reads an object or array
+ * there, and a hostile one could be large). With sub, an object keeps those of its fields, an
+ * array keeps each element so (its non-objects as null, so an index still finds its element),
+ * or only the elements whose field `match` is one of `values` when those are given (the
+ * readers look elements up by that field, first match first: the order is kept). With keys,
+ * a map (labels, annotations, data) keeps those keys' string values only. An object or array
+ * the original has is kept, empty if nothing of it is: presence is something readers test
+ * (a container's state.terminated). */
+typedef struct kobj_keep {
+        const char *key;
+        const struct kobj_keep *sub;
+        const char *const *keys;
+        const char *match;
+        const char *const *values;
+} kobj_keep;
+
+#define KEEP_END                                                                                   \
+        {                                                                                          \
+                .key = NULL                                                                        \
+        }
+#define LEAF(k)                                                                                    \
+        {                                                                                          \
+                .key = (k)                                                                         \
+        }
+#define SUB(k, s)                                                                                  \
+        {                                                                                          \
+                .key = (k), .sub = (s)                                                             \
+        }
+#define MAP(k, ks)                                                                                 \
+        {                                                                                          \
+                .key = (k), .keys = (ks)                                                           \
+        }
+#define SOME(k, s, m, vs)                                                                          \
+        {                                                                                          \
+                .key = (k), .sub = (s), .match = (m), .values = (vs)                               \
+        }
+
+/* THE WHITELIST. Everything the frontend reads of a cached object (scheduler_kube.c,
+ * kube_pool.c, kube_agents.c, kube_api.c, kube_cache.c and the readers in this file) or of
+ * what the GC lists (kube_gc.c) must be here: a reader of a field that is not reads NULL from
+ * the cache, though the same code reading a direct GET sees it. Add a field here when you add
+ * a reader of it; tests/unit/test_kube_objects.c checks that a trimmed object answers every
+ * reading of this file as the whole one does. */
+
+/* Every kind: the cache's key and freshness (kube_cache.c: name, resourceVersion, uid of a
+ * DELETED event), deletes' preconditions (uid, resourceVersion), kagent_route's pod ref
+ * (namespace), created_at and the GC's ages (creationTimestamp), kobj_being_deleted. */
+#define KEEP_METADATA_COMMON                                                                       \
+        LEAF("name"), LEAF("namespace"), LEAF("uid"), LEAF("resourceVersion"),                     \
+                LEAF("creationTimestamp"), LEAF("deletionTimestamp")
+
+/* The labels read: the sandbox id (the pod cache's index, listings, the GC's sets), the pool
+ * profile (kube_pool.c), the tenant and session (kobj_pvc_tenant, listings once the pod is
+ * gone). */
+static const char *const kept_labels[] = { LABEL_SANDBOX_ID, LABEL_POOL, LABEL_TENANT_ID,
+                                           LABEL_SESSION_ID, NULL };
+/* A pod's annotations read: whose it is (tenant checks, listings, the destroy record), a
+ * warm pod's claim (created_at, max_runtime's offset, the usage baseline). */
+static const char *const pod_annotations[] = { ANN_TENANT_ID,    ANN_SESSION_ID,     ANN_CLAIMED_AT,
+                                               ANN_CLAIM_OFFSET, ANN_USAGE_BASELINE, NULL };
+/* A PVC's: the destroy record (kobj_pvc_destroyed, kobj_view_destroyed, the GC, the expired
+ * metric) and whose it is. */
+static const char *const pvc_annotations[] = { ANN_DELETE_AFTER,
+                                               ANN_DESTROYED_AT,
+                                               ANN_FINAL_USAGE,
+                                               ANN_CREATED_AT,
+                                               ANN_TENANT_ID,
+                                               ANN_SESSION_ID,
+                                               NULL };
+static const char *const guard_annotations[] = { ANN_TENANT_ID, ANN_SESSION_ID, NULL };
+static const char *const guard_data[] = { GUARD_KEY, NULL };
+static const char *const sandbox_name[] = { SANDBOX_CONTAINER, NULL };
+static const char *const workspace_name[] = { WORKSPACE_VOLUME, NULL };
+/* The conditions read: Ready (pod_ready, node_lost), PodScheduled and DisruptionTarget
+ * (kobj_pod_reason). */
+static const char *const condition_types[] = { "Ready", "PodScheduled", "DisruptionTarget", NULL };
+
+static const kobj_keep pod_metadata[] = {
+        KEEP_METADATA_COMMON,
+        MAP("labels", kept_labels),
+        MAP("annotations", pod_annotations),
+        KEEP_END,
+};
+static const kobj_keep pvc_metadata[] = {
+        KEEP_METADATA_COMMON,
+        MAP("labels", kept_labels),
+        MAP("annotations", pvc_annotations),
+        KEEP_END,
+};
+/* A guard's: whose it is (guard_id). */
+static const kobj_keep guard_metadata[] = {
+        KEEP_METADATA_COMMON,
+        MAP("annotations", guard_annotations),
+        KEEP_END,
+};
+
+/* The sandbox container's limits: the view's cpu and memory, the OOM reason's limit. */
+static const kobj_keep limits[] = { LEAF("cpu"), LEAF("memory"), KEEP_END };
+static const kobj_keep resources[] = { SUB("limits", limits), KEEP_END };
+/* The workspace's mount: kobj_workspace_mount_path (routes, usage). */
+static const kobj_keep mount[] = { LEAF("name"), LEAF("mountPath"), KEEP_END };
+static const kobj_keep sandbox_container_keep[] = {
+        LEAF("name"),
+        SUB("resources", resources),
+        SOME("volumeMounts", mount, "name", workspace_name),
+        KEEP_END,
+};
+/* spec.nodeName: which agent serves it; activeDeadlineSeconds: max_runtime. */
+static const kobj_keep pod_spec[] = {
+        LEAF("nodeName"),
+        LEAF("activeDeadlineSeconds"),
+        SOME("containers", sandbox_container_keep, "name", sandbox_name),
+        KEEP_END,
+};
+static const kobj_keep condition[] = { LEAF("type"), LEAF("status"), LEAF("reason"),
+                                       LEAF("message"), KEEP_END };
+/* Why a container is not running (kobj_pod_reason): its termination and its waiting. */
+static const kobj_keep terminated[] = { LEAF("reason"), LEAF("exitCode"), KEEP_END };
+static const kobj_keep waiting[] = { LEAF("reason"), LEAF("message"), KEEP_END };
+static const kobj_keep container_state[] = {
+        SUB("terminated", terminated),
+        SUB("waiting", waiting),
+        KEEP_END,
+};
+static const kobj_keep container_status[] = { LEAF("name"), SUB("state", container_state),
+                                              KEEP_END };
+/* The status mapping and the reasons (phase, reason, message, the conditions, the sandbox
+ * container's state); startTime: a warm pod's age at its claim. */
+static const kobj_keep pod_status[] = {
+        LEAF("phase"),
+        LEAF("reason"),
+        LEAF("message"),
+        LEAF("startTime"),
+        SOME("conditions", condition, "type", condition_types),
+        SOME("containerStatuses", container_status, "name", sandbox_name),
+        KEEP_END,
+};
+static const kobj_keep sandbox_pod[] = {
+        SUB("metadata", pod_metadata),
+        SUB("spec", pod_spec),
+        SUB("status", pod_status),
+        KEEP_END,
+};
+
+/* A node agent pod (kube_agents.c): its node, whether it is up (phase, podIP, deletion), its
+ * first container's gRPC port and image (by index: every container kept, in order). */
+static const kobj_keep agent_metadata[] = { KEEP_METADATA_COMMON, KEEP_END };
+static const kobj_keep port[] = { LEAF("name"), LEAF("containerPort"), KEEP_END };
+static const kobj_keep agent_container[] = {
+        LEAF("name"),
+        LEAF("image"),
+        SUB("ports", port),
+        KEEP_END,
+};
+static const kobj_keep agent_spec[] = { LEAF("nodeName"), SUB("containers", agent_container),
+                                        KEEP_END };
+static const kobj_keep agent_status[] = { LEAF("phase"), LEAF("podIP"), KEEP_END };
+static const kobj_keep agent_pod[] = {
+        SUB("metadata", agent_metadata),
+        SUB("spec", agent_spec),
+        SUB("status", agent_status),
+        KEEP_END,
+};
+
+/* A workspace PVC: its metadata only (no reader looks at its spec or status). */
+static const kobj_keep workspace_pvc[] = { SUB("metadata", pvc_metadata), KEEP_END };
+
+/* A session guard (a ConfigMap, read by the GC): its sandbox id. */
+static const kobj_keep guard[] = {
+        SUB("metadata", guard_metadata),
+        MAP("data", guard_data),
+        KEEP_END,
+};
+
+static json_t *trim_object(json_t *in, const kobj_keep *keep);
+
+/* What a kept field's value becomes, or NULL to drop it. */
+static json_t *trim_value(json_t *v, const kobj_keep *k)
+{
+        if (k->keys) {
+                json_t *out;
+                if (!json_is_object(v))
+                        return NULL;
+                out = json_object();
+                for (const char *const *key = k->keys; *key; key++) {
+                        json_t *s = json_object_get(v, *key);
+                        if (json_is_string(s))
+                                json_object_set(out, *key, s);
+                }
+                return out;
+        }
+        if (!k->sub)
+                return json_is_string(v) || json_is_number(v) || json_is_boolean(v) ? json_incref(v)
+                                                                                    : NULL;
+        if (json_is_object(v))
+                return trim_object(v, k->sub);
+        if (json_is_array(v)) {
+                json_t *out = json_array(), *e;
+                size_t i;
+
+                json_array_foreach(v, i, e)
+                {
+                        if (k->match) {
+                                const char *m = json_string_value(json_object_get(e, k->match));
+                                bool wanted = false;
+
+                                for (const char *const *w = k->values; m && *w && !wanted; w++)
+                                        wanted = strcmp(m, *w) == 0;
+                                if (!wanted)
+                                        continue;
+                        }
+                        json_array_append_new(out, json_is_object(e) ? trim_object(e, k->sub)
+                                                                     : json_null());
+                }
+                return out;
+        }
+        return NULL;
+}
+
+static json_t *trim_object(json_t *in, const kobj_keep *keep)
+{
+        json_t *out = json_object();
+
+        for (const kobj_keep *k = keep; k->key; k++) {
+                json_t *v = json_object_get(in, k->key);
+                json_t *t = v ? trim_value(v, k) : NULL;
+
+                if (t)
+                        json_object_set_new(out, k->key, t);
+        }
+        return out;
+}
+
+json_t *kobj_trim(json_t *obj, kobj_kind kind)
+{
+        static const kobj_keep *const by_kind[] = {
+                [KOBJ_SANDBOX_POD] = sandbox_pod,
+                [KOBJ_AGENT_POD] = agent_pod,
+                [KOBJ_WORKSPACE_PVC] = workspace_pvc,
+                [KOBJ_GUARD] = guard,
+        };
+
+        if (!json_is_object(obj) || (unsigned)kind >= ARRAY_SIZE(by_kind))
+                return NULL;
+        return trim_object(obj, by_kind[kind]);
+}
+
+json_t *kobj_trim_sandbox_pod(json_t *obj)
+{
+        return kobj_trim(obj, KOBJ_SANDBOX_POD);
+}
+
+json_t *kobj_trim_agent_pod(json_t *obj)
+{
+        return kobj_trim(obj, KOBJ_AGENT_POD);
+}
+
+json_t *kobj_trim_workspace_pvc(json_t *obj)
+{
+        return kobj_trim(obj, KOBJ_WORKSPACE_PVC);
+}

@@ -754,14 +754,16 @@ scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
         k->pods = kube_cache_new(&(kube_cache_config){ .client = k->kc,
                                                        .path = pods,
                                                        .label_selector = SANDBOX_SELECTOR,
-                                                       .what = "sandbox pods" },
+                                                       .what = "sandbox pods",
+                                                       .trim = kobj_trim_sandbox_pod },
                                  err);
         if (!k->pods)
                 goto fail;
         k->agents = kube_cache_new(&(kube_cache_config){ .client = k->kc,
                                                          .path = agents,
                                                          .label_selector = cfg->agent_selector,
-                                                         .what = "node agent pods" },
+                                                         .what = "node agent pods",
+                                                         .trim = kobj_trim_agent_pod },
                                    err);
         if (!k->agents)
                 goto fail;
@@ -770,7 +772,8 @@ scheduler *scheduler_kube_new(const kube_config *cfg, cs_error **err)
         k->pvcs = kube_cache_new(&(kube_cache_config){ .client = k->kc,
                                                        .path = pvcs,
                                                        .label_selector = SANDBOX_SELECTOR,
-                                                       .what = "workspace PVCs" },
+                                                       .what = "workspace PVCs",
+                                                       .trim = kobj_trim_workspace_pvc },
                                  err);
         if (!k->pvcs)
                 goto fail;

@@ -908,6 +908,30 @@ class KubeSchedulerTest(unittest.TestCase):
         self.wait_log(self.fe, "too old (410 Gone); listing again")
         self.assert_exec_reaches(r2.sandbox_id, rpc_timeout=15)
 
+    def test_relist_drops_what_was_deleted_meanwhile(self):
+        # The relist goes into the cache in place (kube_cache.c): a pod deleted while the
+        # watch was down leaves the cache when the list is in; the others stay.
+        gone, kept = (self.c.create(*self.new_session()) for _ in range(2))
+        for r in (gone, kept):
+            self.make_ready(r.sandbox_id)
+            self.assert_exec_reaches(r.sandbox_id, rpc_timeout=15)
+        relists = self.fe.log().count("too old (410 Gone); listing again")
+        self.api.fail_for(1.5, 500, path="watch=")
+        self.api.drop_watches()
+        time.sleep(0.2)
+        self.api.delete("pods", NS, self.pod_of(gone.sandbox_id)["metadata"]["name"],
+                        grace_period_seconds=0)
+        self.api.compact()
+        deadline = time.monotonic() + 20
+        while self.fe.log().count("too old (410 Gone); listing again") == relists:
+            self.assertLess(time.monotonic(), deadline, self.fe.log()[-3000:])
+            time.sleep(0.1)
+        while self.c.describe(gone.sandbox_id).status != cpb.SANDBOX_STATUS_FAILED:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(self.c.describe(kept.sandbox_id).status, cpb.SANDBOX_STATUS_READY)
+        self.assert_exec_reaches(kept.sandbox_id, rpc_timeout=15)
+
     def test_apiserver_restart(self):
         r = self.c.create(*self.new_session())
         self.api.restart(down_seconds=2)

@@ -653,6 +653,293 @@ static void test_claimed_pool_pod(void **state)
         assert_int_equal(u.disk_write_bytes, 0);   /* never below 0 */
 }
 
+/* ---- what the caches keep (kobj_trim) ---- */
+
+static void assert_same_str(const char *a, const char *b)
+{
+        if (!a || !b)
+                assert_true(a == b);
+        else
+                assert_string_equal(a, b);
+}
+
+static void assert_same_view(const fe_view *a, const fe_view *b)
+{
+        assert_same_str(a->id, b->id);
+        assert_int_equal(a->status, b->status);
+        assert_int_equal(a->created_at_ms, b->created_at_ms);
+        assert_int_equal(a->destroyed_at_ms, b->destroyed_at_ms);
+        assert_same_str(a->tenant_id, b->tenant_id);
+        assert_same_str(a->session_id, b->session_id);
+        assert_int_equal(a->cpu_millis, b->cpu_millis);
+        assert_int_equal(a->memory_bytes, b->memory_bytes);
+        assert_int_equal(a->max_runtime_ms, b->max_runtime_ms);
+        assert_same_str(a->reason, b->reason);
+        assert_memory_equal(&a->usage, &b->usage, sizeof(a->usage));
+}
+
+static const char *const all_labels[] = { LABEL_SANDBOX_ID, LABEL_POOL, LABEL_TENANT_ID,
+                                          LABEL_SESSION_ID };
+static const char *const all_annotations[] = {
+        ANN_TENANT_ID,    ANN_SESSION_ID,   ANN_CLAIMED_AT,  ANN_CLAIM_OFFSET, ANN_USAGE_BASELINE,
+        ANN_DELETE_AFTER, ANN_DESTROYED_AT, ANN_FINAL_USAGE, ANN_CREATED_AT,
+};
+static const char *const pod_paths[] = {
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.uid",
+        "metadata.resourceVersion",
+        "metadata.creationTimestamp",
+        "metadata.deletionTimestamp",
+        "spec.nodeName",
+        "status.phase",
+        "status.reason",
+        "status.message",
+        "status.startTime",
+};
+
+/* Every reading of a sandbox pod (this file's, and the paths the scheduler reads) answers the
+ * same of the trimmed pod as of the whole one. */
+static void assert_pod_reads_same(json_t *whole)
+{
+        _cleanup_json_ json_t *t = kobj_trim(whole, KOBJ_SANDBOX_POD);
+        _cleanup_free_ char *r1 = kobj_pod_reason(whole), *r2 = kobj_pod_reason(t);
+        _cleanup_json_ json_t *d1 = NULL, *d2 = NULL;
+        usage_metrics u1 = { .cpu_ms = 500, .disk_read_bytes = 7 }, u2 = u1;
+        fe_view v1, v2;
+
+        assert_non_null(t);
+        assert_int_equal(kobj_pod_status(whole), kobj_pod_status(t));
+        assert_same_str(r1, r2);
+        assert_int_equal(kobj_pod_created_at(whole), kobj_pod_created_at(t));
+        assert_int_equal(kobj_being_deleted(whole), kobj_being_deleted(t));
+        assert_same_str(kobj_workspace_mount_path(whole), kobj_workspace_mount_path(t));
+        for (size_t i = 0; i < ARRAY_SIZE(all_labels); i++)
+                assert_same_str(kobj_label(whole, all_labels[i]), kobj_label(t, all_labels[i]));
+        for (size_t i = 0; i < ARRAY_SIZE(all_annotations); i++)
+                assert_same_str(kobj_annotation(whole, all_annotations[i]),
+                                kobj_annotation(t, all_annotations[i]));
+        for (size_t i = 0; i < ARRAY_SIZE(pod_paths); i++)
+                assert_same_str(str_at(whole, pod_paths[i]), str_at(t, pod_paths[i]));
+        kobj_view_of_pod(ID, whole, &v1);
+        kobj_view_of_pod(ID, t, &v2);
+        assert_same_view(&v1, &v2);
+        fe_view_clear(&v1);
+        fe_view_clear(&v2);
+        kobj_usage_subtract_baseline(whole, &u1);
+        kobj_usage_subtract_baseline(t, &u2);
+        assert_memory_equal(&u1, &u2, sizeof(u1));
+        d1 = kobj_destroy_annotations(60, whole, NULL, &u1, 1767225600000ll);
+        d2 = kobj_destroy_annotations(60, t, NULL, &u1, 1767225600000ll);
+        assert_true(json_equal(d1, d2));
+}
+
+/* A pod as a real API server answers it: the built pod (with the resident exec path's init
+ * container, mounts and volumes), managedFields, others' labels and annotations, a node, a
+ * claim, and a status. */
+static json_t *whole_pod(const char *status_json)
+{
+        kobj_spec spec = full_spec();
+        json_t *pod = kobj_pod_build("ns", "gvisor", "agent:1", &spec, "sbx-x", ID);
+        json_t *md = json_object_get(pod, "metadata");
+
+        json_object_set_new(md, "uid", json_string("u-1"));
+        json_object_set_new(md, "resourceVersion", json_string("123"));
+        json_object_set_new(md, "creationTimestamp", json_string("2026-01-01T00:00:00Z"));
+        json_object_set_new(md, "managedFields",
+                            json_pack("[{s:s, s:{s:{}}}]", "manager", "compute-frontend",
+                                      "fieldsV1", "f:metadata"));
+        json_object_set_new(json_object_get(md, "labels"), LABEL_POOL, json_string("default"));
+        json_object_set_new(json_object_get(md, "labels"), "team", json_string("x"));
+        json_object_set_new(json_object_get(md, "annotations"),
+                            "kubectl.kubernetes.io/last-applied-configuration",
+                            json_string("{\"a very\": \"long text\"}"));
+        json_object_set_new(json_object_get(md, "annotations"), ANN_CLAIMED_AT,
+                            json_string("2026-01-01T00:01:40Z"));
+        json_object_set_new(json_object_get(md, "annotations"), ANN_CLAIM_OFFSET,
+                            json_string("100"));
+        json_object_set_new(json_object_get(md, "annotations"), ANN_USAGE_BASELINE,
+                            json_string("{\"cpu_ms\": 120, \"disk_read_bytes\": 9}"));
+        json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string("node-7"));
+        json_object_set_new(pod, "status", json_loads(status_json, 0, NULL));
+        return pod;
+}
+
+static void test_trimmed_pod_reads_the_same(void **state)
+{
+        static const char *const statuses[] = {
+                "{}",
+                "{\"phase\": \"Pending\", \"conditions\": [{\"type\": \"PodScheduled\", "
+                "\"status\": \"False\", \"reason\": \"Unschedulable\", \"message\": \"0/3\", "
+                "\"lastTransitionTime\": \"2026-01-01T00:00:00Z\"}]}",
+                "{\"phase\": \"Pending\", \"containerStatuses\": [{\"name\": \"compute-init\", "
+                "\"state\": {\"waiting\": {\"reason\": \"ErrImagePull\"}}}, {\"name\": "
+                "\"sandbox\", \"image\": \"x\", \"state\": {\"waiting\": {\"reason\": "
+                "\"ImagePullBackOff\", \"message\": \"Back-off\"}}}]}",
+                "{\"phase\": \"Running\", \"podIP\": \"10.0.0.1\", \"startTime\": "
+                "\"2026-01-01T00:00:01Z\", \"conditions\": [{\"type\": \"Initialized\", "
+                "\"status\": \"True\"}, {\"type\": \"Ready\", \"status\": \"True\"}, {\"type\": "
+                "\"Ready\", \"status\": \"False\"}], \"containerStatuses\": [{\"name\": "
+                "\"sandbox\", \"ready\": true, \"restartCount\": 0, \"state\": {\"running\": "
+                "{\"startedAt\": \"2026-01-01T00:00:02Z\"}}}]}",
+                "{\"phase\": \"Running\", \"conditions\": [{\"type\": \"Ready\", \"status\": "
+                "\"Unknown\", \"reason\": \"NodeLost\"}]}",
+                "{\"phase\": \"Running\", \"reason\": \"NodeLost\"}",
+                "{\"phase\": \"Failed\", \"reason\": \"DeadlineExceeded\"}",
+                "{\"phase\": \"Failed\", \"containerStatuses\": [{\"name\": \"sandbox\", "
+                "\"state\": {\"terminated\": {\"reason\": \"OOMKilled\", \"exitCode\": 137, "
+                "\"startedAt\": \"x\"}}}]}",
+                "{\"phase\": \"Failed\", \"containerStatuses\": [{\"name\": \"sandbox\", "
+                "\"state\": {\"terminated\": {}}}]}",
+                "{\"phase\": \"Failed\", \"reason\": \"Evicted\", \"message\": \"low\"}",
+                "{\"phase\": \"Succeeded\"}",
+        };
+
+        (void)state;
+        for (size_t i = 0; i < ARRAY_SIZE(statuses); i++) {
+                for (int deleting = 0; deleting < 2; deleting++) {
+                        _cleanup_json_ json_t *pod = whole_pod(statuses[i]);
+                        if (deleting) {
+                                json_object_set_new(json_object_get(pod, "metadata"),
+                                                    "deletionTimestamp",
+                                                    json_string("2026-01-01T00:05:00Z"));
+                                json_t *st = json_object_get(pod, "status");
+                                if (!json_object_get(st, "conditions"))
+                                        json_object_set_new(st, "conditions", json_array());
+                                json_array_append_new(
+                                        json_object_get(st, "conditions"),
+                                        json_pack("{s:s, s:s, s:s, s:s}", "type",
+                                                  "DisruptionTarget", "status", "True", "reason",
+                                                  "EvictionByEvictionAPI", "message", "evicted"));
+                        }
+                        assert_pod_reads_same(pod);
+                }
+        }
+}
+
+static void test_trimmed_pod_keeps_little(void **state)
+{
+        _cleanup_json_ json_t *pod = whole_pod("{\"phase\": \"Running\"}");
+        _cleanup_json_ json_t *t = kobj_trim(pod, KOBJ_SANDBOX_POD);
+        _cleanup_free_ char *a = json_dumps(pod, JSON_COMPACT), *b = json_dumps(t, JSON_COMPACT);
+
+        (void)state;
+        /* Nothing the readers do not read: others' labels and annotations, managedFields, the
+         * command, the image, the init container, the other mounts, the volumes. */
+        assert_null(kobj_label(t, "team"));
+        assert_null(kobj_annotation(t, "kubectl.kubernetes.io/last-applied-configuration"));
+        assert_null(at(t, "metadata.managedFields"));
+        assert_null(at(t, "spec.initContainers"));
+        assert_null(at(t, "spec.volumes"));
+        assert_int_equal(json_array_size(at(t, "spec.containers")), 1);
+        assert_null(json_object_get(json_array_get(at(t, "spec.containers"), 0), "image"));
+        assert_int_equal(json_array_size(json_object_get(
+                                 json_array_get(at(t, "spec.containers"), 0), "volumeMounts")),
+                         1);
+        assert_true(strlen(b) * 2 < strlen(a));
+}
+
+/* A PVC, an agent pod, a guard: what their readers read is kept. */
+static void test_trimmed_other_kinds(void **state)
+{
+        kobj_spec spec = full_spec();
+        usage_metrics u = { .cpu_ms = 5 };
+        _cleanup_json_ json_t *ann = kobj_destroy_annotations(60, NULL, NULL, &u, 1767225600000ll);
+        _cleanup_json_ json_t *pvc = kobj_pvc_build("ns", &spec, ID, ann);
+        _cleanup_json_ json_t *t = NULL, *agent = NULL, *ta = NULL, *guard = NULL, *tg = NULL;
+        fe_view v1, v2;
+
+        (void)state;
+        json_object_set_new(json_object_get(pvc, "metadata"), "creationTimestamp",
+                            json_string("2026-01-01T00:00:00Z"));
+        json_object_set_new(pvc, "status", json_pack("{s:s}", "phase", "Bound"));
+        t = kobj_trim(pvc, KOBJ_WORKSPACE_PVC);
+        assert_int_equal(kobj_pvc_destroyed(pvc), kobj_pvc_destroyed(t));
+        assert_true(kobj_pvc_destroyed(t));
+        assert_same_str(kobj_pvc_tenant(pvc), kobj_pvc_tenant(t));
+        for (size_t i = 0; i < ARRAY_SIZE(all_labels); i++)
+                assert_same_str(kobj_label(pvc, all_labels[i]), kobj_label(t, all_labels[i]));
+        for (size_t i = 0; i < ARRAY_SIZE(all_annotations); i++)
+                assert_same_str(kobj_annotation(pvc, all_annotations[i]),
+                                kobj_annotation(t, all_annotations[i]));
+        kobj_view_destroyed(ID, pvc, &v1);
+        kobj_view_destroyed(ID, t, &v2);
+        assert_same_view(&v1, &v2);
+        fe_view_clear(&v1);
+        fe_view_clear(&v2);
+        assert_null(at(t, "spec"));
+
+        agent = json_pack("{s:{s:s, s:{s:s}}, s:{s:s, s:[{s:s, s:s, s:[{s:s, s:i}, {s:s, s:i}], "
+                          "s:[s]}, {s:s, s:s}]}, s:{s:s, s:s, s:s}}",
+                          "metadata", "name", "agent-1", "labels", "app", "agent", "spec",
+                          "nodeName", "node-7", "containers", "name", "agent", "image", "agent:1",
+                          "ports", "name", "metrics", "containerPort", 9100, "name", "grpc",
+                          "containerPort", 7443, "args", "--x", "name", "side", "image", "s:1",
+                          "status", "phase", "Running", "podIP", "10.0.0.9", "hostIP", "10.1.1.1");
+        ta = kobj_trim(agent, KOBJ_AGENT_POD);
+        assert_string_equal(str_at(ta, "spec.nodeName"), "node-7");
+        assert_string_equal(str_at(ta, "status.phase"), "Running");
+        assert_string_equal(str_at(ta, "status.podIP"), "10.0.0.9");
+        assert_string_equal(str_at(json_array_get(at(ta, "spec.containers"), 0), "image"),
+                            "agent:1");
+        assert_true(json_equal(
+                json_object_get(json_array_get(at(agent, "spec.containers"), 0), "ports"),
+                json_object_get(json_array_get(at(ta, "spec.containers"), 0), "ports")));
+        assert_int_equal(json_array_size(at(ta, "spec.containers")), 2);
+
+        guard = json_pack("{s:{s:s, s:s, s:s, s:{s:s, s:s}}, s:{s:s, s:s}}", "metadata", "name",
+                          "sbx-x", "uid", "u", "resourceVersion", "9", "annotations", ANN_TENANT_ID,
+                          "acme", ANN_SESSION_ID, "s-1", "data", GUARD_KEY, ID, "other", "x");
+        tg = kobj_trim(guard, KOBJ_GUARD);
+        assert_string_equal(str_at(tg, "data." GUARD_KEY), ID);
+        assert_null(str_at(tg, "data.other"));
+        assert_string_equal(kobj_annotation(tg, ANN_SESSION_ID), "s-1");
+        assert_string_equal(str_at(tg, "metadata.resourceVersion"), "9");
+}
+
+/* Odd or hostile JSON (labels and annotations anyone with access can set): no crash, and
+ * what is not of the expected type is dropped, not kept whole. */
+static void test_trim_odd_json(void **state)
+{
+        static const char *const odd[] = {
+                "{\"metadata\": [], \"spec\": 3, \"status\": \"x\"}",
+                "{\"metadata\": {\"name\": {\"big\": [1, 2, 3]}, \"labels\": [\"a\"], "
+                "\"annotations\": {\"" ANN_TENANT_ID "\": {\"x\": 1}, \"" ANN_SESSION_ID "\": 5}}}",
+                "{\"spec\": {\"containers\": {\"name\": \"sandbox\"}, \"nodeName\": [\"n\"]}}",
+                "{\"spec\": {\"containers\": [1, null, \"s\", {\"name\": 3}, {\"name\": "
+                "\"sandbox\", \"volumeMounts\": [{\"name\": \"workspace\", \"mountPath\": "
+                "[]}]}]}}",
+                "{\"status\": {\"conditions\": [{\"type\": [\"Ready\"]}, 7], "
+                "\"containerStatuses\": [{\"name\": \"sandbox\", \"state\": []}]}}",
+        };
+
+        (void)state;
+        assert_null(kobj_trim(NULL, KOBJ_SANDBOX_POD));
+        {
+                _cleanup_json_ json_t *a = json_array();
+                assert_null(kobj_trim(a, KOBJ_SANDBOX_POD));
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(odd); i++) {
+                json_error_t e;
+                _cleanup_json_ json_t *o = json_loads(odd[i], 0, &e);
+                _cleanup_json_ json_t *t = NULL;
+
+                assert_non_null(o);
+                for (int kind = KOBJ_SANDBOX_POD; kind <= KOBJ_GUARD; kind++) {
+                        json_decref(t);
+                        t = kobj_trim(o, kind);
+                        assert_non_null(t);
+                }
+                json_decref(t);
+                t = kobj_trim(o, KOBJ_SANDBOX_POD);
+                assert_pod_reads_same(o);
+                assert_null(at(t, "metadata.name"));
+                assert_null(kobj_annotation(t, ANN_TENANT_ID));
+                assert_null(at(t, "metadata.annotations." ANN_TENANT_ID));
+                assert_null(at(t, "spec.nodeName"));
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -671,6 +958,10 @@ int main(void)
                 cmocka_unit_test(test_workspace_mount_path),
                 cmocka_unit_test(test_metadata_readers),
                 cmocka_unit_test(test_claimed_pool_pod),
+                cmocka_unit_test(test_trimmed_pod_reads_the_same),
+                cmocka_unit_test(test_trimmed_pod_keeps_little),
+                cmocka_unit_test(test_trimmed_other_kinds),
+                cmocka_unit_test(test_trim_odd_json),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
