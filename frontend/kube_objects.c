@@ -680,9 +680,15 @@ typedef struct kobj_keep {
 static const char *const kept_labels[] = { LABEL_SANDBOX_ID, LABEL_POOL, LABEL_TENANT_ID,
                                            LABEL_SESSION_ID, NULL };
 /* A pod's annotations read: whose it is (tenant checks, listings, the destroy record), a
- * warm pod's claim (created_at, max_runtime's offset, the usage baseline). */
-static const char *const pod_annotations[] = { ANN_TENANT_ID,    ANN_SESSION_ID,     ANN_CLAIMED_AT,
-                                               ANN_CLAIM_OFFSET, ANN_USAGE_BASELINE, NULL };
+ * warm pod's claim (created_at, max_runtime's offset, the usage baseline; the GC's age of an
+ * abandoned claim: claimed-at, adopted-at). */
+static const char *const pod_annotations[] = { ANN_TENANT_ID,
+                                               ANN_SESSION_ID,
+                                               ANN_CLAIMED_AT,
+                                               ANN_CLAIM_OFFSET,
+                                               ANN_USAGE_BASELINE,
+                                               ANN_ADOPTED_AT,
+                                               NULL };
 /* A PVC's: the destroy record (kobj_pvc_destroyed, kobj_view_destroyed, the GC, the expired
  * metric) and whose it is. */
 static const char *const pvc_annotations[] = { ANN_DELETE_AFTER,

@@ -682,7 +682,7 @@ static const char *const all_labels[] = { LABEL_SANDBOX_ID, LABEL_POOL, LABEL_TE
                                           LABEL_SESSION_ID };
 static const char *const all_annotations[] = {
         ANN_TENANT_ID,    ANN_SESSION_ID,   ANN_CLAIMED_AT,  ANN_CLAIM_OFFSET, ANN_USAGE_BASELINE,
-        ANN_DELETE_AFTER, ANN_DESTROYED_AT, ANN_FINAL_USAGE, ANN_CREATED_AT,
+        ANN_DELETE_AFTER, ANN_DESTROYED_AT, ANN_FINAL_USAGE, ANN_CREATED_AT,   ANN_ADOPTED_AT,
 };
 static const char *const pod_paths[] = {
         "metadata.name",
@@ -758,6 +758,8 @@ static json_t *whole_pod(const char *status_json)
                             json_string("2026-01-01T00:01:40Z"));
         json_object_set_new(json_object_get(md, "annotations"), ANN_CLAIM_OFFSET,
                             json_string("100"));
+        json_object_set_new(json_object_get(md, "annotations"), ANN_ADOPTED_AT,
+                            json_string("2026-01-01T00:02:00Z"));
         json_object_set_new(json_object_get(md, "annotations"), ANN_USAGE_BASELINE,
                             json_string("{\"cpu_ms\": 120, \"disk_read_bytes\": 9}"));
         json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string("node-7"));
