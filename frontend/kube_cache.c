@@ -638,21 +638,13 @@ void kube_cache_free(kube_cache *c)
         free(c);
 }
 
-static void deadline_ts(int64_t deadline_ms, struct timespec *ts)
-{
-        ts->tv_sec = deadline_ms / 1000;
-        ts->tv_nsec = (deadline_ms % 1000) * 1000000;
-}
-
 int kube_cache_wait_synced(kube_cache *c, int64_t timeout_ms, cs_error **err)
 {
         int64_t deadline = cs_now_monotonic_ms() + timeout_ms;
-        struct timespec ts;
 
-        deadline_ts(deadline, &ts);
         pthread_mutex_lock(&c->lock);
         while (!c->synced && !c->stopping && cs_now_monotonic_ms() < deadline)
-                pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+                cs_cond_wait_until(&c->cond, &c->lock, deadline);
         if (!c->synced) {
                 cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
                              "%s: not listed after %" PRId64 " ms: %s", c->what, timeout_ms,
@@ -732,13 +724,11 @@ uint64_t kube_cache_version(kube_cache *c)
 
 uint64_t kube_cache_wait_change(kube_cache *c, uint64_t since, int64_t deadline_ms)
 {
-        struct timespec ts;
         uint64_t v;
 
-        deadline_ts(deadline_ms, &ts);
         pthread_mutex_lock(&c->lock);
         while (c->version == since && !c->stopping && cs_now_monotonic_ms() < deadline_ms)
-                pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+                cs_cond_wait_until(&c->cond, &c->lock, deadline_ms);
         v = c->version;
         pthread_mutex_unlock(&c->lock);
         return v;

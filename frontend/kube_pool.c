@@ -208,11 +208,8 @@ static void *pool_main(void *arg)
                 pool_pass(k);
                 pthread_mutex_lock(&k->pool_lock);
                 wake = cs_now_monotonic_ms() + POOL_PASS_MS;
-                while (!k->pool_stopping && cs_now_monotonic_ms() < wake) {
-                        struct timespec ts = { .tv_sec = wake / 1000,
-                                               .tv_nsec = (wake % 1000) * 1000000 };
-                        pthread_cond_timedwait(&k->pool_cond, &k->pool_lock, &ts);
-                }
+                while (!k->pool_stopping && cs_now_monotonic_ms() < wake)
+                        cs_cond_wait_until(&k->pool_cond, &k->pool_lock, wake);
                 if (k->pool_stopping) {
                         pthread_mutex_unlock(&k->pool_lock);
                         return NULL;
