@@ -30,12 +30,36 @@ void sandbox_remove_cgroup(sb_registry *reg, sandbox *sb)
         }
 }
 
+/* A sandbox marked lost at the agent's start whose container shows up afterwards: a `runsc
+ * create` the previous agent started, not killed with it, finished after the new agent had
+ * looked. Nothing will start it, and a created container holds a sandbox process: it is
+ * destroyed. Watched for SB_LOST_WATCH_MS after the start. */
+static void destroy_late_container(sb_registry *reg, sandbox *sb)
+{
+        rt_state st = RT_ABSENT;
+        cs_error *err = NULL;
+
+        if (reg->rt->ops->state(reg->rt, sb->container_id, &st, NULL, &err) < 0) {
+                cs_error_free(err);
+                return;
+        }
+        if (st == RT_ABSENT)
+                return;
+        sandbox_log(reg, true, sb->id,
+                    "a container appeared for this sandbox, lost while the agent was down (a "
+                    "runtime call of the previous agent finishing): destroying it");
+        if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot destroy it: %s", err->msg);
+                cs_error_free(err);
+        }
+}
+
 /* One sandbox's periodic work: sample memory, notice a dead container, enforce max_runtime. */
 static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
 {
         cgroup_sample s = { 0 };
         cs_error *err = NULL;
-        bool expired, dead = false;
+        bool expired, watch_lost, dead = false;
         sb_status status;
 
         if (sb->attached) {
@@ -46,7 +70,12 @@ static void housekeep_one(sb_registry *reg, sandbox *sb, bool check_state)
         status = sb->status;
         /* A warm sandbox's max_runtime counts from its claim. */
         expired = !sb->pool && cs_now_monotonic_ms() - sb->started_mono_ms > sb->max_runtime_ms;
+        if (sb->lost_watch_until_ms && cs_now_monotonic_ms() > sb->lost_watch_until_ms)
+                sb->lost_watch_until_ms = 0;
+        watch_lost = sb->lost_watch_until_ms != 0;
         pthread_mutex_unlock(&reg->lock);
+        if (status == SB_FAILED && watch_lost && check_state)
+                destroy_late_container(reg, sb);
         if (status != SB_READY)
                 return;
 
@@ -169,8 +198,11 @@ void *sandbox_housekeeper_main(void *arg)
                         cap++;
                 refs = cs_xcalloc(cap, sizeof(*refs));
                 for (sandbox *sb = reg->list; sb; sb = sb->next) {
-                        /* Attached entries in every state: their container's is followed. */
-                        if ((sb->status == SB_READY || sb->attached) && !sb->destroying)
+                        /* Attached entries in every state: their container's is followed.
+                         * Lost ones for a while: a container may appear late. */
+                        if ((sb->status == SB_READY || sb->attached ||
+                             (sb->status == SB_FAILED && sb->lost_watch_until_ms)) &&
+                            !sb->destroying)
                                 refs[n++] = sandbox_ref_locked(sb);
                 }
                 pthread_mutex_unlock(&reg->lock);

@@ -90,6 +90,10 @@ struct sandbox {
 
         usage_metrics frozen; /* final usage once FAILED or DESTROYED; before: the last reading */
         bool usage_frozen;
+        /* Monotonic: until then, a container of this sandbox, marked lost while the agent was
+         * down, is destroyed when one appears (a runtime call the previous agent made, still
+         * finishing after it died: sandbox_record.c, sandbox_housekeep.c). 0: not watched. */
+        int64_t lost_watch_until_ms;
         uint64_t mem_sum, mem_n, mem_max; /* memory samples over the sandbox's life */
         uint64_t mem_now;                 /* memory.current at the last live reading */
         uint64_t file_read, file_written; /* the agent's file I/O: sandboxes without a volume */
@@ -178,6 +182,9 @@ void sandbox_rm_tree(const char *path);
 /* The spawner's socket directory, under the sandbox's directory (never the workspace: the
  * tenant must not reach it). */
 #define SB_SPAWNER_DIR "spawner"
+/* How long after the agent's start a sandbox marked lost is watched for a container that a
+ * runtime call of the previous agent creates late (sandbox_housekeep.c). */
+#define SB_LOST_WATCH_MS 60000
 /* Listens for the sandbox's spawner (local mode, spawner on): returns the socket's directory
  * (malloc'd), or NULL (off, or it failed: logged) when the sandbox has no resident exec
  * path. */

@@ -318,7 +318,15 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
         }
         sandbox_set_failed_locked(reg, sb, "the container was lost while the agent was down");
         sb->usage_frozen = true; /* the last reading in the record is all there is */
+        sb->lost_watch_until_ms = cs_now_monotonic_ms() + SB_LOST_WATCH_MS;
         sandbox_log(reg, true, sb->id, "sandbox lost while the agent was down: FAILED");
+        /* Created but never started (the agent died inside the start), or stopped: nothing
+         * will run in it again, and a created one still holds its sandbox process. The record
+         * and the workspace stay for the client's Describe, ReadFile and Destroy. */
+        if (st != RT_ABSENT && reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot destroy its container: %s", err->msg);
+                cs_error_free(err);
+        }
 }
 
 /* Destroys containers under the runtime's root that no record claims. */

@@ -259,13 +259,30 @@ class WarmPoolTest(unittest.TestCase):
         # is FAILED as any sandbox lost while its agent was down. The previous life's warm
         # sandboxes are gone; a new pool; nothing else runs.
         self.agent.wait_pool_ready()
+        # A session whose create after the restart missed the new pool has a cold sandbox
+        # that may still be STARTING (its container listed already): wait for it to settle.
+        deadline = time.monotonic() + 60
+        while any(sb.status == 1 for sb in self.agent.listed() if sb.sandbox_id in ids):
+            self.assertLess(time.monotonic(), deadline, "a session's sandbox stays STARTING")
+            time.sleep(0.2)
         listed = self.agent.listed()
         ready = {sb.sandbox_id for sb in listed if sb.status == 2}
         for sb in listed:
             if sb.status != 2:
                 self.assertIn("lost while the agent was down", sb.status_message)
+        # A FAILED one's container may show up after the restart (a `runsc create` of the
+        # killed agent finishing late): the agent destroys it when its housekeeping sees it.
+        not_ready = {"cs-" + i for i in ids} - {"cs-" + i for i in ready}
+        deadline = time.monotonic() + 30
+        while self.agent.containers() & not_ready and time.monotonic() < deadline:
+            time.sleep(0.2)
         running = self.agent.containers()
-        self.assertEqual(running - {"cs-" + i for i in ready}, running - {"cs-" + i for i in ids})
+        states = [(sb.sandbox_id, sb.status, sb.status_message) for sb in listed]
+        odd = running & not_ready
+        odd_log = "\n".join(line for line in self.agent.log().splitlines()
+                            if any(o[3:] in line for o in odd))
+        self.assertEqual(running - {"cs-" + i for i in ready}, running - {"cs-" + i for i in ids},
+                         f"listed: {states}\nagent log of those:\n{odd_log[-6000:]}")
         self.assertEqual({"cs-" + i for i in ready} & running, {"cs-" + i for i in ready})
         self.assertEqual(len(running), len(ready) + POOL, (running, ready))
         extra = self.agent.records() - {sb.sandbox_id for sb in self.agent.listed()}
