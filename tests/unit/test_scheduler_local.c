@@ -33,7 +33,7 @@ typedef struct fake_agent {
         char sandbox_id[CS_UUID_STRLEN + 1]; /* the one sandbox it holds ("" none) */
         atomic_bool sick;                    /* GetAgentInfo fails (a missed health check) */
         atomic_int creates;                  /* CreateSandbox calls answered */
-        atomic_int warm;                     /* warm sandboxes it reports; a default create takes one */
+        atomic_int warm;                     /* warm ones it reports; a default create takes one */
         int status;                          /* its sandbox's compute.v1 status (0: READY) */
         const char *message;                 /* its status_message ("" when NULL) */
         int64_t created_ms;                  /* its created_at (0: unset) */
