@@ -169,10 +169,10 @@ typedef struct svc_exec_result {
  * its id. Retries UNAVAILABLE for a while: the frontend refuses creates until it has reached
  * every node agent once. */
 int svc_create(bench_ctx *b, char ret_id[static 37], cs_error **err);
-/* Like svc_create, with a CPU limit (0: the default) and the status CreateSandbox answered
- * (ret_status may be NULL). */
-int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], int *ret_status,
-                  cs_error **err);
+/* Like svc_create, with a CPU limit (0: the default). */
+int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], cs_error **err);
+/* DescribeSandbox's status of the sandbox (a compute.v1.SandboxStatus) in *ret_status. */
+int svc_status(bench_ctx *b, const char *id, int *ret_status, cs_error **err);
 /* Polls DescribeSandbox until the sandbox is READY (or fails). */
 int svc_wait_ready(bench_ctx *b, const char *id, cs_error **err);
 int svc_destroy(bench_ctx *b, const char *id, cs_error **err);

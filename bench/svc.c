@@ -25,11 +25,10 @@ static void sleep_ms(int ms)
 
 int svc_create(bench_ctx *b, char ret_id[static 37], cs_error **err)
 {
-        return svc_create_ex(b, 0, ret_id, NULL, err);
+        return svc_create_ex(b, 0, ret_id, err);
 }
 
-int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], int *ret_status,
-                  cs_error **err)
+int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], cs_error **err)
 {
         char session[CS_UUID_STRLEN + 1];
         Compute__V1__CreateSandboxRequest req = COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT;
@@ -52,8 +51,6 @@ int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], int
                               &e) == 0) {
                         const Compute__V1__CreateSandboxResponse *r = (const void *)resp;
                         snprintf(ret_id, 37, "%s", r->sandbox_id);
-                        if (ret_status)
-                                *ret_status = (int)r->status;
                         protobuf_c_message_free_unpacked(resp, NULL);
                         return 0;
                 }
@@ -66,22 +63,30 @@ int svc_create_ex(bench_ctx *b, uint32_t cpu_millis, char ret_id[static 37], int
         }
 }
 
-int svc_wait_ready(bench_ctx *b, const char *id, cs_error **err)
+int svc_status(bench_ctx *b, const char *id, int *ret_status, cs_error **err)
 {
         Compute__V1__DescribeSandboxRequest req = COMPUTE__V1__DESCRIBE_SANDBOX_REQUEST__INIT;
-        int64_t give_up = cs_now_monotonic_ms() + SVC_READY_TIMEOUT_MS;
+        ProtobufCMessage *resp = NULL;
 
         req.sandbox_id = (char *)id;
-        for (;;) {
-                ProtobufCMessage *resp = NULL;
-                Compute__V1__SandboxStatus st;
+        if (rpc_unary(b->ch, BENCH_METHOD("DescribeSandbox"), &req.base,
+                      &compute__v1__describe_sandbox_response__descriptor, &unary_opts, &resp,
+                      err) < 0)
+                return cs_error_prefix(err, "DescribeSandbox");
+        *ret_status = (int)((const Compute__V1__DescribeSandboxResponse *)resp)->status;
+        protobuf_c_message_free_unpacked(resp, NULL);
+        return 0;
+}
 
-                if (rpc_unary(b->ch, BENCH_METHOD("DescribeSandbox"), &req.base,
-                              &compute__v1__describe_sandbox_response__descriptor, &unary_opts,
-                              &resp, err) < 0)
-                        return cs_error_prefix(err, "DescribeSandbox");
-                st = ((const Compute__V1__DescribeSandboxResponse *)resp)->status;
-                protobuf_c_message_free_unpacked(resp, NULL);
+int svc_wait_ready(bench_ctx *b, const char *id, cs_error **err)
+{
+        int64_t give_up = cs_now_monotonic_ms() + SVC_READY_TIMEOUT_MS;
+
+        for (;;) {
+                int st;
+
+                if (svc_status(b, id, &st, err) < 0)
+                        return -1;
                 if (st == COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_READY)
                         return 0;
                 if (st != COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_STARTING)

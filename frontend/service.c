@@ -99,7 +99,9 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
                 return -1;
         rpc_call_set_sandbox_id(call, v.id); /* the access log names it */
         resp->sandbox_id = rpc_call_strdup(call, v.id);
-        resp->status = (Compute__V1__SandboxStatus)v.status;
+        /* The reference: "Always STARTING on success", a warm claim (already READY) and a
+         * retried create (any status) included; DescribeSandbox tells the current status. */
+        resp->status = COMPUTE__V1__SANDBOX_STATUS__SANDBOX_STATUS_STARTING;
         resp->created_at = pb_timestamp(call, v.created_at_ms);
         fe_view_clear(&v);
         return 0;

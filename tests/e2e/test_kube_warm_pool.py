@@ -108,6 +108,9 @@ class KubeWarmPoolTest(unittest.TestCase):
         before = time.time()
         sb = self.c.create(tenant, session)
         self.assertIn(sb.sandbox_id, warm_ids, "a create of the default profile is a hit")
+        # The reference: "Always STARTING on success", a claim of a READY pod included.
+        self.assertEqual(sb.status, self.c.pb.SANDBOX_STATUS_STARTING)
+        self.assertEqual(self.c.describe(sb.sandbox_id).status, self.c.pb.SANDBOX_STATUS_READY)
         self.assertGreaterEqual(sb.created_at.seconds, int(before) - 1)
         self.assertGreater(sb.created_at.ToDatetime().isoformat() + "Z", born)
         out, err, done, _ = self.c.exec(sb.sandbox_id, "echo", "hi")
@@ -121,9 +124,11 @@ class KubeWarmPoolTest(unittest.TestCase):
         d = self.c.describe(sb.sandbox_id)
         self.assertLessEqual(d.current_uptime.seconds, time.time() - before + 1,
                              "uptime counts from the claim")
-        # a retried create, on either frontend, answers the same sandbox
-        self.assertEqual(self.c.create(tenant, session).sandbox_id, sb.sandbox_id)
-        self.assertEqual(self.c2.create(tenant, session).sandbox_id, sb.sandbox_id)
+        # a retried create, on either frontend, answers the same sandbox, STARTING
+        for c in (self.c, self.c2):
+            again = c.create(tenant, session)
+            self.assertEqual((again.sandbox_id, again.status),
+                             (sb.sandbox_id, c.pb.SANDBOX_STATUS_STARTING))
         listed = self.c.list_all(tenant)[0]
         self.assertEqual([s.sandbox_id for s in listed], [sb.sandbox_id])
         self.assertEqual(listed[0].limits.max_runtime.seconds, 900,  # the default
