@@ -36,7 +36,7 @@ CS_APT_RUNSC_PIN=/etc/apt/preferences.d/compute-trixie-runsc
 # The default sandbox image: a small Debian root built from Debian packages by mmdebstrap,
 # stored as IMAGES_DIR/$CS_DEFAULT_IMAGE (scripts/run, scripts/test, scripts/bench).
 CS_DEFAULT_IMAGE=debian:bookworm-compute
-CS_DEFAULT_IMAGE_PACKAGES=bash,coreutils,python3,ca-certificates,git,curl,procps,findutils,grep,sed,tar,gzip,less,diffutils
+CS_DEFAULT_IMAGE_PACKAGES=bash,coreutils,python3,ca-certificates,git,curl,procps,findutils,grep,sed,tar,gzip,less,diffutils,attr
 # Beyond its packages, the image has the C.UTF-8 locale (the commands' LANG) also in a locale
 # archive, so that a command's setlocale() maps one file instead of opening twelve, each a
 # gofer round trip in gVisor: 6 to 8 ms less per command (docs/performance.md, "The resident

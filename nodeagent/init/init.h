@@ -1,6 +1,6 @@
 /* compute-init: the sandbox's init process and its resident spawner (compute.spawner.v1,
- * proto/spawner/v1/spawner.proto). A static binary with libc and protobuf-c only: it runs
- * inside gVisor, read-only bind-mounted from the node.
+ * proto/spawner/v1/spawner.proto). A static binary with libc, protobuf-c and libseccomp only:
+ * it runs inside gVisor, read-only bind-mounted from the node.
  *
  * Three roles, all in this one program:
  *   - init (pid 1): reaps every orphan, survives every signal it can, and keeps a spawner

@@ -1,7 +1,8 @@
 """`compute-nodeagent image` against a real agent and runsc: a two-layer image made here from
 Debian's static busybox (package busybox-static), as a docker save tarball and as an OCI image
 layout, is imported both ways; sandboxes of each run commands and see the second layer's
-whiteouts. A hostile tarball is refused and leaves nothing; list and rm work.
+whiteouts. A hostile tarball is refused and leaves nothing; list and rm work. A third image,
+with the host's coreutils ls, shows `ls -l` clean on symlinks (compute-init's xattr filter).
 
 The tarballs are made with python's tarfile, hashlib and json: no docker needed.
 
@@ -72,6 +73,29 @@ def busybox_layers():
               entry("opt/data/upper", data=b"layer 2\n"),
               entry("opt/data/.wh..wh..opq")]
     return [tar_bytes(layer1), tar_bytes(layer2)]
+
+
+def coreutils_ls_layer():
+    """A layer over busybox_layers(): the host's coreutils ls (Debian 12, as the nodes are)
+    with the libraries ldd names, and a root symlink, sbin -> bin. Busybox's ls asks for no
+    extended attribute; coreutils' asks lgetxattr of every entry (SELinux's label)."""
+    files = {"/bin/ls": "usr/bin/ls"}
+    for line in subprocess.run(["ldd", "/bin/ls"], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        path = line.split("=>")[-1].split("(")[0].strip()
+        if path.startswith("/"):
+            files[path] = path.lstrip("/")
+    entries, dirs = [entry("sbin", tarfile.SYMTYPE, 0o777, link="bin")], set()
+    for src, name in sorted(files.items()):
+        parts = name.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i]) + "/"
+            if d not in dirs:
+                dirs.add(d)
+                entries.append(entry(d, tarfile.DIRTYPE, 0o755))
+        with open(src, "rb") as f:
+            entries.append(entry(name, mode=0o755, data=f.read()))
+    return tar_bytes(entries)
 
 
 def sha256(data):
@@ -196,6 +220,27 @@ class ImageImportTest(unittest.TestCase):
 
     def test_oci_layout(self):
         self.check_sandbox("busybox:oci")
+
+    def test_ls_l_on_symlinks_is_clean(self):
+        # compute-init's lgetxattr filter (docs/security.md) holds in an imported image too:
+        # gVisor 20240729 answers EBADF on a symlink, and ls -l printed it for each.
+        layout = os.path.join(self.work, "oci-ls")
+        oci_layout(layout, busybox_layers() + [coreutils_ls_layer()])
+        r = image_cmd("import", "--images-dir", self.images, layout, "coreutils-ls:oci")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            sid = self.agent.new_sandbox(image="coreutils-ls:oci")
+            out, err, done, _ = self.c.exec(sid, "sh", "-c",
+                                            "ln -s /etc/hello link && ln -s nowhere dangling && "
+                                            "/usr/bin/ls -la / && /usr/bin/ls -l link dangling /bin")
+            self.assertEqual((done.exit_code, err), (0, b""),
+                             out.decode() + "\nagent log:\n" + self.agent.log()[-3000:])
+            for want in (b"sbin -> bin", b"link -> /etc/hello", b"dangling -> nowhere",
+                         b"sh -> busybox"):
+                self.assertIn(want, out)
+            self.c.DestroySandbox(self.c.pb.DestroySandboxRequest(ref=self.c.ref(sid)), timeout=30)
+        finally:
+            image_cmd("rm", "--images-dir", self.images, "coreutils-ls:oci")
 
     def test_rootfs_on_disk(self):
         root = os.path.join(self.images, "busybox:oci")
