@@ -195,7 +195,10 @@ class IsolationTest(unittest.TestCase):
             out, _, done, _ = self.c.exec(sid, "dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M",
                                           "count=400")
             self.assertNotEqual(done.exit_code, 0, "400 MiB written to /tmp of a 128 MiB sandbox")
-            self.assertLessEqual(done.usage.memory_peak_bytes, 128 << 20)
+            # The kernel may force a charge past memory.max (a charge that must not fail,
+            # e.g. a page table): a CI run peaked at the limit + 4096. 1 MiB of slack still
+            # tells a limit that holds from 400 MiB that went through.
+            self.assertLessEqual(done.usage.memory_peak_bytes, (128 << 20) + (1 << 20))
         finally:
             self.c.destroy(sid)
 
