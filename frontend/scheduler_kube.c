@@ -422,14 +422,27 @@ static int kube_route(scheduler *s, const char *id, const fe_ctx *ctx, fe_route 
         kube *k = KUBE(s);
         int64_t start = cs_now_monotonic_ms();
         int64_t deadline = min64(ctx->deadline_ms, start + k->wait_ready_ms);
-        bool fresh = false;
+        bool fresh = false, starting = false;
 
         for (;;) {
                 _cleanup_json_ json_t *pod = NULL;
                 uint64_t v = kube_cache_version(k->pods);
 
-                if (kapi_find_pod_fresh(k, ctx, id, fresh, &pod, err) < 0)
-                        return -1;
+                if (kapi_find_pod_fresh(k, ctx, id, fresh, &pod, err) < 0) {
+                        /* Once the sandbox was seen STARTING, an API server that does not
+                         * answer one look (a loaded one timed out a TLS handshake with 50
+                         * sessions starting) does not end the wait: the cache and the next
+                         * look go on until the deadline, which then reports this error. */
+                        if (!starting || (*err)->code != GRPC_STATUS_UNAVAILABLE ||
+                            cs_now_monotonic_ms() >= deadline || fe_ctx_cancelled(ctx))
+                                return -1;
+                        log_debug("sandbox %s: a look at its pod failed, still waiting: %s", id,
+                                  (*err)->msg);
+                        cs_error_freep(err);
+                        fresh = pods_wait_change(k, v, deadline) == v;
+                        continue;
+                }
+                starting = true;
                 if (!pod || kobj_being_deleted(pod))
                         return not_routable(k, ctx, id, pod, err);
                 switch (kobj_pod_status(pod)) {

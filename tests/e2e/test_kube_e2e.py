@@ -71,7 +71,10 @@ class KubeFrontendTest(tf.FrontendTest):
     @classmethod
     def setUpClass(cls):
         def setup(cls):
-            cls.fe = cls.stack.frontend()
+            # One simulated node starts every pod of a burst on this machine's CPUs (the 50
+            # sessions' 150 runsc containers on 2 CPUs in CI): their execs wait for READY
+            # longer than the default minute a cluster's nodes would need.
+            cls.fe = cls.stack.frontend("--wait-ready-ms", "300000")
             cls.c = Compute(BUILD_DIR, cls.fe.address)
             cls.sid = cls.c.create("tenant-" + uuid.uuid4().hex[:8], "shared").sandbox_id
         stack_for(cls, setup)
