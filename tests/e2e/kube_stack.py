@@ -130,8 +130,12 @@ class Node:
             "conditions": [{"type": "Ready", "status": "True"}]})
 
     def close(self):
-        rc, tail = self.agent.cleanup() if self.agent else (None, "")
-        self.kubelet.stop(cleanup=True)
+        try:
+            rc, tail = self.agent.cleanup() if self.agent else (None, "")
+        finally:
+            # The node's pods go whatever happened to its agent: left running, they load
+            # the machine for every later test.
+            self.kubelet.stop(cleanup=True)
         # runsc leaves the pod cgroups' parents behind in every hierarchy.
         remove_cgroup(self.cgroup_prefix)
         shutil.rmtree(self.dir, ignore_errors=True)

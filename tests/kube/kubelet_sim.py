@@ -343,7 +343,7 @@ class KubeletSim:
     def __init__(self, kubeconfig=None, node_name="node-1", state_dir=None, runsc_root=None,
                  cgroup_prefix="compute-test-kubelet", runtime_classes=("gvisor",), client=None,
                  cri=None, node_ip="127.0.0.1", schedule=True, bind_pvcs=True, verbose=False,
-                 pod_workers=8, images_dir=None, host_uds="open"):
+                 pod_workers=None, images_dir=None, host_uds="open"):
         self.node = node_name
         self.state_dir = os.path.abspath(state_dir or tempfile.mkdtemp(prefix="kubelet-sim-"))
         os.makedirs(os.path.join(self.state_dir, "volumes"), exist_ok=True)
@@ -373,6 +373,11 @@ class KubeletSim:
         self.pvcs = Informer(self.client, "/api/v1/persistentvolumeclaims", {}, self.wake.set,
                              self.stop_ev, "pvcs")
         self.thread = threading.Thread(target=self._loop, daemon=True, name="kubelet-" + node_name)
+        # Two pod syncs per CPU (at most 8): each start is three runsc create+start (pause,
+        # init, app), and 8 side by side on a 2-CPU machine thrashed it (50 pods at once:
+        # some still starting after a minute, the agent too slow to answer a connection).
+        if pod_workers is None:
+            pod_workers = min(8, 2 * (len(os.sched_getaffinity(0)) or 1))
         self.workers = concurrent.futures.ThreadPoolExecutor(max_workers=pod_workers,
                                                              thread_name_prefix="pod-" + node_name)
         self.inflight = set()  # uids of pods a worker is syncing
