@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -56,6 +57,7 @@ typedef struct fake {
         uint64_t max_outstanding; /* the most it was owed at once by the agent's credit */
         bool over_credit;         /* it would have had to send beyond the credit */
         bool saw_eof;
+        atomic_bool sent_all; /* FAKE_TINY: every frame is written */
 } fake;
 
 static void fake_send(int fd, spawn_spawner_frame *f)
@@ -245,6 +247,7 @@ static void fake_serve(fake *fk, int fd)
                         fake_started(fd, id);
                         for (int i = 0; i < TINY_FRAMES; i++)
                                 fake_output(fd, id, 1 + i % 2, i % 2 ? "e" : "o", 1);
+                        atomic_store(&fk->sent_all, true);
                         fake_exited(fd, id, 0, 0);
                         break;
                 case FAKE_DISCONNECT:
@@ -357,6 +360,9 @@ typedef struct collect {
         uint64_t total, total_out, total_err;
         int delay_ms; /* a slow client */
         int first_delay_ms;
+        /* The first call waits for it (at most 20 s): a slow client while the frames arrive,
+         * however slow the machine is to send them. */
+        const atomic_bool *first_wait;
         int calls;
 } collect;
 
@@ -366,6 +372,9 @@ static int collect_write(void *userdata, int stream, const uint8_t *data, size_t
         collect *c = userdata;
 
         (void)err;
+        if (c->calls == 0 && c->first_wait)
+                for (int i = 0; i < 2000 && !atomic_load(c->first_wait); i++)
+                        usleep(10 * 1000);
         if (c->calls++ == 0 && c->first_delay_ms)
                 usleep((useconds_t)c->first_delay_ms * 1000);
         if (c->delay_ms)
@@ -461,7 +470,7 @@ static void test_tiny_frames(void **state)
         fixture *fx = *state;
         fake fk;
         spawn_link *l;
-        collect c = { .first_delay_ms = 500 };
+        collect c = { .first_wait = &fk.sent_all };
         spawn_run_result res;
         cs_error *err = NULL;
 
