@@ -1113,6 +1113,94 @@ int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
         return r;
 }
 
+/* Adds the subdirectory names of dir (which may not exist) to *names, each once. */
+static int children_in(const char *dir, char ***names, size_t *n, cs_error **err)
+{
+        DIR *d = opendir(dir);
+        struct dirent *e;
+
+        if (!d) {
+                if (errno == ENOENT || errno == ENOTDIR)
+                        return 0;
+                return cs_error_errno(err, errno, "listing cgroup %s", dir);
+        }
+        while ((e = readdir(d))) {
+                bool seen = false;
+
+                if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+                        continue;
+                for (size_t i = 0; i < *n && !seen; i++)
+                        seen = strcmp((*names)[i], e->d_name) == 0;
+                if (seen)
+                        continue;
+                *names = xrealloc(*names, (*n + 1) * sizeof(**names));
+                (*names)[(*n)++] = cs_xstrdup(e->d_name);
+        }
+        closedir(d);
+        return 0;
+}
+
+int cgroup_children(const cgroup_fs *fs, const char *path, char ***ret, size_t *ret_n,
+                    cs_error **err)
+{
+        _cleanup_(lib_hierarchies_done) lib_hierarchies h = { 0 };
+        char **names = NULL;
+        size_t n = 0;
+        const char *rel;
+        int r = 0;
+
+        *ret = NULL;
+        *ret_n = 0;
+        if (cgroup_rel_path(path, &rel, err) < 0)
+                return -1;
+        if (fs->libcgroup) {
+                _cleanup_(lib_cgroup_freep) struct cgroup *cg = cgroup_new_cgroup(rel);
+
+                if (!cg)
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL, "libcgroup: cannot name %s",
+                                            rel);
+                if (lib_collect(fs, rel, NULL, false, cg, &h, err) < 0)
+                        return -1;
+                for (size_t i = 0; i < h.n && r == 0; i++)
+                        r = children_in(h.dirs[i], &names, &n, err);
+        }
+        if (r == 0 && fs->version == CS_CGROUP_V2 && !fs->libcgroup) {
+                _cleanup_free_ char *dir = cs_xasprintf("%s/%s", fs->root, rel);
+                r = children_in(dir, &names, &n, err);
+        } else if (r == 0 && fs->version == CS_CGROUP_V1) {
+                /* Every directory under the root is taken for a hierarchy (cgroup_remove). */
+                DIR *d = opendir(fs->root);
+                struct dirent *e;
+
+                if (!d)
+                        r = cs_error_errno(err, errno, "listing %s", fs->root);
+                while (d && r == 0 && (e = readdir(d))) {
+                        _cleanup_free_ char *dir = NULL;
+
+                        if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+                                continue;
+                        dir = cs_xasprintf("%s/%s/%s", fs->root, e->d_name, rel);
+                        r = children_in(dir, &names, &n, err);
+                }
+                if (d)
+                        closedir(d);
+        }
+        if (r < 0) {
+                cgroup_children_free(names, n);
+                return -1;
+        }
+        *ret = names;
+        *ret_n = n;
+        return 0;
+}
+
+void cgroup_children_free(char **names, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                free(names[i]);
+        free(names);
+}
+
 /* ---- /proc ------------------------------------------------------------------------------ */
 
 /* Opens proc_root/<pid> for reading the files below it. */

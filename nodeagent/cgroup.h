@@ -95,6 +95,16 @@ int cgroup_reset_peak(const cgroup_fs *fs, const char *path, cs_error **err);
  * tasks to the parent cgroup, where a sentry that survived the kill would run on unaccounted. */
 int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err);
 
+/* The names of the child cgroups of `path` (e.g. "/compute": the sandboxes' cgroups): in the
+ * v2 tree, or in any v1 hierarchy under the root (a sandbox's cgroup may be left in some
+ * hierarchies only), each name once, as a malloc'd array of *ret_n malloc'd strings (free with
+ * cgroup_children_free). A path that exists nowhere has none (0). With libcgroup (fs->libcgroup)
+ * the hierarchies are the mounts it lists, plus every other directory under a v1 root (its
+ * opaque name=systemd, which runsc uses too, as in cgroup_remove). */
+int cgroup_children(const cgroup_fs *fs, const char *path, char ***ret, size_t *ret_n,
+                    cs_error **err);
+void cgroup_children_free(char **names, size_t n);
+
 /* The limits of a sandbox's cgroup (0: none). */
 typedef struct cgroup_limits {
         uint32_t cpu_millis;   /* v1 cpu.cfs_quota_us over a 100 ms period; v2 cpu.max */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "agent_defaults.h"
 #include "image.h"
 #include "util.h"
 
@@ -58,7 +59,7 @@ static const char *images_dir_default(char **ret_owned)
         *ret_owned = NULL;
         if (dir && dir[0])
                 return dir;
-        *ret_owned = cs_xasprintf("%s/images", state && state[0] ? state : "/var/lib/compute");
+        *ret_owned = cs_xasprintf("%s/images", state && state[0] ? state : NA_STATE_DIR_DEFAULT);
         return *ret_owned;
 }
 

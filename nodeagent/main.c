@@ -15,10 +15,11 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 
+#include "agent_defaults.h"
 #include "cgroup.h"
+#include "cleanup.h"
 #include "agent_metrics.h"
 #include "daemon.h"
 #include "exec.h"
@@ -41,7 +42,7 @@ static cs_daemon_config cfg;
 static char *state_dir, *images_dir, *runsc_path, *runsc_root, *runsc_platform, *runsc_network;
 static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *host_root;
 static char *pod_namespaces, *volume_root, *listen_group, *capabilities;
-static int64_t grace_s, sample_ms, max_sandboxes, max_processes, warm_pool;
+static int64_t grace_s, sample_ms, max_sandboxes, max_parallel_starts, max_processes, warm_pool;
 static int64_t cpu_overcommit_pct, memory_overcommit_pct, session_idle_s;
 static bool workspace_volumes, spawner_on;
 static char *spawner_binary;
@@ -70,7 +71,7 @@ static const cs_option options[] = {
           "them (gVisor pods) and the agent finds a pod's container under --runsc-root from "
           "its CRI annotations (CreateSandbox/DestroySandbox are then UNIMPLEMENTED).",
           &mode, 0, 0 },
-        { "state-dir", "COMPUTE_STATE_DIR", CS_OPT_STRING, "/var/lib/compute",
+        { "state-dir", "COMPUTE_STATE_DIR", CS_OPT_STRING, NA_STATE_DIR_DEFAULT,
           "Directory for the agent's records and workspaces; created if missing, and locked so "
           "that two agents never share it.",
           &state_dir, 0, 0 },
@@ -109,9 +110,9 @@ static const cs_option options[] = {
         { "runsc-network", "COMPUTE_RUNSC_NETWORK", CS_OPT_STRING, "none",
           "Sandbox networking: none (default: no network at all), sandbox or host.", &runsc_network,
           0, 0 },
-        { "cgroup-root", "COMPUTE_CGROUP_ROOT", CS_OPT_STRING, "/sys/fs/cgroup",
+        { "cgroup-root", "COMPUTE_CGROUP_ROOT", CS_OPT_STRING, NA_CGROUP_ROOT_DEFAULT,
           "Where the cgroup hierarchy is mounted (v1 or v2, detected).", &cgroup_root, 0, 0 },
-        { "cgroup-parent", "COMPUTE_CGROUP_PARENT", CS_OPT_STRING, "/compute",
+        { "cgroup-parent", "COMPUTE_CGROUP_PARENT", CS_OPT_STRING, NA_CGROUP_PARENT_DEFAULT,
           "Parent cgroup of the sandboxes: each gets PARENT/<sandbox id>.", &cgroup_parent, 0, 0 },
         { "workspace-grace-s", "COMPUTE_WORKSPACE_GRACE_S", CS_OPT_INT, "86400",
           "After a destroy, how long the workspace is kept before the agent removes it.", &grace_s,
@@ -129,10 +130,14 @@ static const cs_option options[] = {
         { "max-sandboxes", "COMPUTE_MAX_SANDBOXES", CS_OPT_INT, "64",
           "Live sandboxes this agent runs at once; more get RESOURCE_EXHAUSTED.", &max_sandboxes, 1,
           4096 },
+        { "max-parallel-starts", "COMPUTE_MAX_PARALLEL_STARTS", CS_OPT_INT, "0",
+          "Local mode: sandboxes started by the runtime (runsc run) at once; the others of a "
+          "burst wait in STARTING for a turn. 0: two per CPU this agent may run on.",
+          &max_parallel_starts, 0, 1024 },
         { "warm-pool", "COMPUTE_WARM_POOL", CS_OPT_INT, "0",
           "Local mode: warm sandboxes of the default profile (default image, limits and "
-          "workspace size) kept READY; a CreateSandbox of that profile claims one and answers "
-          "with a running sandbox. They count against no tenant and are removed when the agent "
+          "workspace size) kept READY; a CreateSandbox of that profile claims one, a "
+          "running sandbox. They count against no tenant and are removed when the agent "
           "stops. 0: none; at most 64. Kube mode: must be 0 (the pool is the frontend's "
           "--kube-warm-pool).",
           &warm_pool, 0, SB_WARM_POOL_MAX },
@@ -178,7 +183,9 @@ static const cs_program program = {
         .name = "compute-nodeagent",
         .summary = "Serves the nodeagent.v1.NodeAgent gRPC API (internal: the frontend is its "
                    "only client) and grpc.health.v1.Health. `compute-nodeagent image "
-                   "import|list|rm` manages the local mode's images (`image --help`).",
+                   "import|list|rm` manages the local mode's images (`image --help`); "
+                   "`compute-nodeagent cleanup` removes what a stopped local mode agent left "
+                   "on the node (`cleanup --help`).",
         .options = options,
         .n_options = ARRAY_SIZE(options),
 };
@@ -200,35 +207,6 @@ static int agent_limit_capabilities(cs_error **err)
         kept = cs_caps_format(kept_mask);
         log_info("%s: keeps the capabilities %s", program.name, kept[0] ? kept : "(none)");
         return 0;
-}
-
-/* Creates the state directory and takes its lock; the returned fd holds the lock for the
- * life of the process. */
-static int state_dir_claim(const char *path, cs_error **err)
-{
-        _cleanup_close_ int dfd = -1;
-        int fd;
-
-        if (path[0] != '/')
-                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "--state-dir: '%s' is not an absolute path", path);
-        if (cs_mkdir_parents(path, 0700) < 0)
-                return cs_error_errno(err, errno, "cannot create %s", path);
-        dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0)
-                return cs_error_errno(err, errno, "cannot open %s", path);
-        fd = openat(dfd, "agent.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return cs_error_errno(err, errno, "cannot open %s/agent.lock", path);
-        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-                int e = errno;
-                close(fd);
-                if (e == EWOULDBLOCK)
-                        return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
-                                            "another node agent is using %s", path);
-                return cs_error_errno(err, e, "cannot lock %s/agent.lock", path);
-        }
-        return fd;
 }
 
 static void registry_log(bool warn, const char *sandbox_id, const char *msg)
@@ -360,6 +338,7 @@ static int agent_open(agent *a, cs_error **err)
                          .grace_ms = grace_s * 1000,
                          .sample_interval_ms = sample_ms,
                          .max_sandboxes = (uint32_t)max_sandboxes,
+                         .max_parallel_starts = (uint32_t)max_parallel_starts,
                          .pids_max = RT_HOST_TASKS_MAX((uint64_t)max_processes),
                          .volumes = workspace_volumes && !kube,
                          .kube = kube,
@@ -463,6 +442,8 @@ int main(int argc, char **argv)
 
         if (argc > 1 && strcmp(argv[1], "image") == 0)
                 return image_main(argc - 1, argv + 1);
+        if (argc > 1 && strcmp(argv[1], "cleanup") == 0)
+                return cleanup_main(argc - 1, argv + 1);
         cs_signals_block();
         r = cs_config_parse(&program, argc, argv, NULL, &err);
         if (r == 0)
@@ -502,7 +483,7 @@ int main(int argc, char **argv)
                 return 1;
         }
         rpc_global_init();
-        lock_fd = state_dir_claim(state_dir, &err);
+        lock_fd = state_dir_lock(state_dir, true, &err);
         if (lock_fd >= 0) {
                 log_info("%s: state in %s", program.name, state_dir);
                 /* The agent's one client is the frontend (one connection per frontend):

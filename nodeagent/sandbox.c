@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,18 @@ void sandbox_paths(sb_registry *reg, sandbox *sb)
         sb->container_id = cs_xasprintf("cs-%s", sb->id);
         sb->cgroup_path = cs_xasprintf("%s/%s", reg->cgroup_parent, sb->id);
         sb->volume_image = cs_xasprintf("%s/volumes/%s.img", reg->state_dir, sb->id);
+}
+
+void sandbox_unmount_destroyed(sb_registry *reg, sandbox *sb)
+{
+        cs_error *err = NULL;
+
+        if (!sb->volume || !vol_mounted(sb->workspace_dir))
+                return;
+        if (vol_unmount(sb->workspace_dir, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot unmount the workspace volume: %s", err->msg);
+                cs_error_free(err);
+        }
 }
 
 void sandbox_set_message_locked(sandbox *sb, const char *msg)
@@ -301,6 +314,36 @@ struct spawn_mgr *sb_registry_spawner(sb_registry *reg)
         return reg->cfg.spawner;
 }
 
+/* At most cfg.max_parallel_starts runtime creates at once: a burst of creates (50 sessions
+ * starting together) queues in STARTING rather than running 50 `runsc run` side by side on a
+ * few CPUs, where each took longer than the runtime's 30 s timeout and failed (measured in
+ * docs/nodeagent.md). Returns 0 with a slot taken, or 1 without one: the sandbox was
+ * destroyed meanwhile (nothing to start), or -1 with *err: the agent stops. */
+static int start_slot_take(sb_registry *reg, sandbox *sb, cs_error **err)
+{
+        int r = 0;
+
+        pthread_mutex_lock(&reg->lock);
+        while (reg->starts_running >= reg->cfg.max_parallel_starts && !reg->stopping &&
+               sb->status != SB_DESTROYED && !sb->destroying)
+                pthread_cond_wait(&reg->cond, &reg->lock);
+        if (sb->status == SB_DESTROYED || sb->destroying)
+                r = 1;
+        else if (reg->stopping && reg->starts_running >= reg->cfg.max_parallel_starts)
+                r = cs_error_set(err, GRPC_STATUS_UNAVAILABLE,
+                                 "the node agent stopped before the sandbox could start");
+        else
+                reg->starts_running++;
+        pthread_mutex_unlock(&reg->lock);
+        return r;
+}
+
+static void start_slot_give_locked(sb_registry *reg)
+{
+        reg->starts_running--;
+        pthread_cond_broadcast(&reg->cond);
+}
+
 /* Runs the container's creation off the caller's thread: CreateSandbox returns at once. */
 static void *starter_main(void *arg)
 {
@@ -315,7 +358,7 @@ static void *starter_main(void *arg)
         cs_error *err = NULL;
         pid_t pid = 0;
         bool gone;
-        int r;
+        int r, slot;
 
         free(st);
         rootfs = cs_xasprintf("%s/%s", reg->images_dir, sb->image);
@@ -331,12 +374,17 @@ static void *starter_main(void *arg)
                                   .memory_bytes = sb->memory_bytes,
                                   .init_binary = spawner_dir ? reg->cfg.spawner_binary : NULL,
                                   .spawner_dir = spawner_dir };
+        slot = start_slot_take(reg, sb, &err);
+        r = slot == 0 ? 0 : -1;
         /* The agent makes the cgroup with its limits and owns it; runsc only joins it. */
-        r = cgroup_create(reg->cg, sb->cgroup_path, &limits, &err) < 0 ? -1 : 0;
+        if (r == 0 && cgroup_create(reg->cg, sb->cgroup_path, &limits, &err) < 0)
+                r = -1;
         if (r == 0)
                 r = reg->rt->ops->create(reg->rt, &spec, &pid, &err);
 
         pthread_mutex_lock(&reg->lock);
+        if (slot == 0)
+                start_slot_give_locked(reg);
         gone = sb->status == SB_DESTROYED || sb->destroying;
         if (!gone && r == 0) {
                 sb->status = SB_READY;
@@ -623,6 +671,7 @@ int sb_destroy(sb_registry *reg, const char *id, int64_t grace_ms, sb_info *ret,
         sandbox_remove_cgroup(reg, sb);
         if (reg->cfg.spawner)
                 spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
+        sandbox_unmount_destroyed(reg, sb);
         sandbox_persist(reg, sb);
         sandbox_log(reg, false, sb->id, "sandbox destroyed");
 done:
@@ -758,12 +807,16 @@ void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why)
                 return;
         }
         pthread_mutex_lock(&reg->lock);
-        if (sb->status == SB_READY || sb->status == SB_STARTING) {
-                sandbox_set_failed_locked(reg, sb, why);
-                /* A warm sandbox that died: removed now, not after a grace (nobody's). */
-                if (sb->pool)
-                        sandbox_pool_failed_locked(reg, sb);
+        /* A sandbox being destroyed loses its container on purpose (the housekeeper may see
+         * it go first), and one FAILED already keeps its first reason. */
+        if ((sb->status != SB_READY && sb->status != SB_STARTING) || sb->destroying) {
+                pthread_mutex_unlock(&reg->lock);
+                return;
         }
+        sandbox_set_failed_locked(reg, sb, why);
+        /* A warm sandbox that died: removed now, not after a grace (nobody's). */
+        if (sb->pool)
+                sandbox_pool_failed_locked(reg, sb);
         pthread_mutex_unlock(&reg->lock);
         sandbox_usage_freeze(reg, sb);
         sandbox_persist(reg, sb);
@@ -787,6 +840,14 @@ void sb_snapshot(sb_registry *reg, sandbox *sb, sb_info *ret)
         info_fill(reg, sb, ret);
 }
 
+uint32_t sb_default_parallel_starts(void)
+{
+        cpu_set_t set;
+        int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+
+        return (uint32_t)(2 * (n > 0 ? n : 1));
+}
+
 int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_log_fn log,
                      sb_registry **ret, cs_error **err)
 {
@@ -800,6 +861,8 @@ int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_
         reg->cfg.state_dir = reg->state_dir;
         reg->cfg.images_dir = reg->images_dir;
         reg->cfg.cgroup_parent = reg->cgroup_parent;
+        if (!reg->cfg.max_parallel_starts)
+                reg->cfg.max_parallel_starts = sb_default_parallel_starts();
         reg->sandboxes_dir = cs_xasprintf("%s/sandboxes", cfg->state_dir);
         reg->rt = rt;
         reg->cg = cg;

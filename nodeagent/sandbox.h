@@ -72,12 +72,15 @@ typedef struct sb_config {
         int64_t sample_interval_ms; /* memory sampling and housekeeping period */
         int64_t start_timeout_ms;   /* how long a sandbox may take to reach READY */
         uint32_t max_sandboxes;     /* live (not destroyed) sandboxes at once */
-        na_capacity capacity;       /* admission control (admission.h); memory_bytes 0: off */
-        uint64_t pids_max;          /* local mode: the sandbox cgroup's pids.max (0: none) */
-        bool volumes; /* local mode: each workspace is a volume of its size (volume.h); off:
-                         a plain directory of the state directory's filesystem, unbounded */
-        bool kube;    /* kube mode: no records, no creation; sandboxes come from sb_attach and
-                         the registry never stops or removes a container */
+        /* Local mode: runtime creates at once, the others wait in STARTING (0: the default,
+         * sb_default_parallel_starts()). */
+        uint32_t max_parallel_starts;
+        na_capacity capacity; /* admission control (admission.h); memory_bytes 0: off */
+        uint64_t pids_max;    /* local mode: the sandbox cgroup's pids.max (0: none) */
+        bool volumes;         /* local mode: each workspace is a volume of its size (volume.h); off:
+                                 a plain directory of the state directory's filesystem, unbounded */
+        bool kube; /* kube mode: no records, no creation; sandboxes come from sb_attach and
+                      the registry never stops or removes a container */
         /* The resident exec path (spawner_link.h); NULL: off. Local mode: each new sandbox
          * runs spawner_binary (compute-init) as its init, connected to a listener of this
          * manager in <sandbox dir>/spawner; a restarted agent listens again for every running
@@ -116,6 +119,8 @@ int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_
  * left in running containers (their pid files in STATE_DIR/kube/<container id>/) are killed;
  * then the housekeeping thread starts. */
 void sb_registry_free(sb_registry *reg);
+/* Two per CPU this process may run on (sched_getaffinity). */
+uint32_t sb_default_parallel_starts(void);
 
 /* Creates a sandbox (STARTING at once; READY when the runtime reports it running), or returns
  * the existing one: same id → that one (ALREADY_EXISTS if it belongs to another session);

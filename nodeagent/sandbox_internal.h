@@ -148,7 +148,8 @@ struct sb_registry {
         bool stopping;
         pthread_t housekeeper;
         bool housekeeper_running;
-        int starters; /* starter threads running */
+        int starters;            /* starter threads running */
+        uint32_t starts_running; /* of which in the runtime's create (start_slot_take) */
 
         /* The warm pool (sandbox_pool.c): its filler thread, the failures in a row that back
          * its refills off, and its counters. Under the lock, but for the histogram (atomic). */
@@ -168,6 +169,10 @@ void sandbox_log(sb_registry *reg, bool warn, const char *id, const char *fmt, .
         __attribute__((format(printf, 4, 5)));
 void sandbox_free(sandbox *sb);                    /* accepts NULL; the sandbox must be unlinked */
 void sandbox_paths(sb_registry *reg, sandbox *sb); /* fills the derived paths from the id */
+/* A destroyed sandbox's volume leaves its mount (and loop device) at once: nothing reads a
+ * DESTROYED workspace, and a mount left for its soft-delete grace outlived the agent (a
+ * stopped service kept every one mounted). Its image stays until the grace ends. */
+void sandbox_unmount_destroyed(sb_registry *reg, sandbox *sb);
 /* The entry's fields into *ret (malloc'd copies; usage: the frozen one). Under the lock. */
 void sandbox_info_fill_locked(const sandbox *sb, sb_info *ret);
 void sandbox_set_message_locked(sandbox *sb, const char *msg);

@@ -286,8 +286,11 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
         pid_t pid = 0;
         cs_error *err = NULL;
 
-        if (sb->status == SB_DESTROYED)
+        if (sb->status == SB_DESTROYED) {
+                /* An older agent kept destroyed volumes mounted for their grace. */
+                sandbox_unmount_destroyed(reg, sb);
                 return;
+        }
         reattach_volume(reg, sb);
         if (reg->rt->ops->state(reg->rt, sb->container_id, &st, &pid, &err) < 0) {
                 sandbox_log(reg, true, sb->id, "cannot query the container: %s", err->msg);

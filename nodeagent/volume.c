@@ -193,7 +193,7 @@ bool vol_mounted(const char *mountpoint)
         return stat(mountpoint, &st) == 0 && stat(up, &parent) == 0 && st.st_dev != parent.st_dev;
 }
 
-int vol_remove(const char *image, const char *mountpoint, cs_error **err)
+int vol_unmount(const char *mountpoint, cs_error **err)
 {
         /* Whatever is stacked there goes; a mount still busy is detached lazily (its loop
          * device is freed once its last user lets go). */
@@ -202,6 +202,13 @@ int vol_remove(const char *image, const char *mountpoint, cs_error **err)
                     (errno != EBUSY || umount2(mountpoint, UMOUNT_NOFOLLOW | MNT_DETACH) < 0))
                         return cs_error_errno(err, errno, "volume: unmount %s", mountpoint);
         }
+        return 0;
+}
+
+int vol_remove(const char *image, const char *mountpoint, cs_error **err)
+{
+        if (vol_unmount(mountpoint, err) < 0)
+                return -1;
         if (unlink(image) < 0 && errno != ENOENT)
                 return cs_error_errno(err, errno, "volume: remove %s", image);
         return 0;

@@ -31,7 +31,10 @@ int vol_create(const char *image, uint64_t size, const char *mountpoint, vol_cou
 int vol_attach(const char *image, const char *mountpoint, vol_counters *ret_start, cs_error **err);
 
 /* Unmounts whatever is mounted at mountpoint (lazily if busy; the loop device then detaches
- * itself) and removes image if it exists. Idempotent. */
+ * itself when its last user lets go), keeping the image. Idempotent. */
+int vol_unmount(const char *mountpoint, cs_error **err);
+
+/* vol_unmount(mountpoint), then removes image if it exists. Idempotent. */
 int vol_remove(const char *image, const char *mountpoint, cs_error **err);
 
 /* Whether a volume is mounted at mountpoint (after an agent restart: the kernel kept it). */

@@ -96,9 +96,18 @@ class AgentProcess:
             time.sleep(0.02)
 
     def stop(self, sig=signal.SIGTERM):
+        """Signals the agent and waits for it: one that has not ended 60 s later is killed
+        (its exit status is then -9: the caller reports it) so that what cleans up after it
+        still runs."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=60)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with open(self.log_path, "ab") as f:
+                    f.write(b"agent_fixture: no exit 60 s after the signal: killed\n")
+                self.proc.kill()
+                self.proc.wait()
         return self.proc.returncode
 
     def restart(self):
@@ -162,8 +171,8 @@ class AgentProcess:
             # too), and the agent's parent directory stays behind.
             remove_cgroup(self.cgroup_parent)
             tail = self.log()[-3000:]
-            # Workspace volumes stay mounted for their soft-delete grace: unmounting them
-            # frees their loop devices before the state goes.
+            # Live sandboxes' workspace volumes stay mounted past a stop (the next agent
+            # adopts them): unmounting them frees their loop devices before the state goes.
             unmount_under(self.state)
             shutil.rmtree(self.state, ignore_errors=True)
         return rc, tail

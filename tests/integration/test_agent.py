@@ -581,16 +581,23 @@ class AgentLifecycleTest(unittest.TestCase):
         again = c.DestroySandbox(c.pb.DestroySandboxRequest(ref=c.ref(sid)), timeout=60)
         self.assertEqual(again.sandbox.usage, d.sandbox.usage)
         self.assertEqual(code_of(c.exec, sid, "true"), grpc.StatusCode.FAILED_PRECONDITION)
+        # The destroy unmounts the volume (nothing can use it any more: docs/nodeagent.md,
+        # "Stopping"); its image keeps the data for the grace.
         ws = os.path.join(self.agent.state, "state", "workspaces", sid)
-        self.assertTrue(os.path.exists(os.path.join(ws, "k")))
+        img = os.path.join(self.agent.state, "state", "volumes", sid + ".img")
+        self.assertFalse(os.path.ismount(ws))
+        kept = subprocess.run(["debugfs", "-R", "cat /k", img], capture_output=True,
+                              check=True).stdout
+        self.assertEqual(kept, b"kept\n")
         listed = c.ListSandboxes(c.pb.ListSandboxesRequest(include_destroyed=True), timeout=10)
         self.assertIn(sid, [s.sandbox_id for s in listed.sandboxes])
         self.assertNotIn(sid, [s.sandbox_id for s in c.ListSandboxes(
             c.pb.ListSandboxesRequest(), timeout=10).sandboxes])
         deadline = time.monotonic() + 20
-        while os.path.exists(ws) and time.monotonic() < deadline:
+        while (os.path.exists(ws) or os.path.exists(img)) and time.monotonic() < deadline:
             time.sleep(0.2)
         self.assertFalse(os.path.exists(ws))
+        self.assertFalse(os.path.exists(img))
         self.assertEqual(code_of(c.GetSandbox, c.pb.GetSandboxRequest(ref=c.ref(sid)),
                                  timeout=10), grpc.StatusCode.NOT_FOUND)
 

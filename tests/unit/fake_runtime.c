@@ -52,6 +52,10 @@ struct fake_runtime {
         void *on_exec_userdata;
         pid_t last_exec;
         size_t execs;
+        bool hold_creates;                          /* creates wait while set */
+        pthread_cond_t creates_cond;                /* hold_creates cleared */
+        size_t creates, creating, creating_max;     /* creates asked, in flight, most at once */
+        char creating_ids[FAKE_MAX_CONTAINERS][64]; /* those in flight ("" : a free slot) */
         fake_event log[FAKE_MAX_LOG];
         size_t n_log;
 };
@@ -182,8 +186,27 @@ static int container_processes(fake_runtime *f, const char *id, rt_proc **ret, s
 
 static int fake_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid, cs_error **err)
 {
+        fake_runtime *f = FAKE(rt);
+
         (void)err;
-        fake_runtime_set(FAKE(rt), spec->container_id, RT_RUNNING);
+        pthread_mutex_lock(&f->lock);
+        char *slot = NULL;
+
+        f->creates++;
+        if (++f->creating > f->creating_max)
+                f->creating_max = f->creating;
+        for (size_t i = 0; i < FAKE_MAX_CONTAINERS && !slot; i++)
+                if (!f->creating_ids[i][0])
+                        slot = f->creating_ids[i];
+        if (slot)
+                snprintf(slot, sizeof(f->creating_ids[0]), "%s", spec->container_id);
+        while (f->hold_creates)
+                pthread_cond_wait(&f->creates_cond, &f->lock);
+        if (slot)
+                slot[0] = 0;
+        f->creating--;
+        pthread_mutex_unlock(&f->lock);
+        fake_runtime_set(f, spec->container_id, RT_RUNNING);
         *ret_pid = 0; /* no host process of its own: the registry reads no network counters */
         return 0;
 }
@@ -408,7 +431,37 @@ fake_runtime *fake_runtime_new(void)
 
         f->rt.ops = &fake_ops;
         pthread_mutex_init(&f->lock, NULL);
+        pthread_cond_init(&f->creates_cond, NULL);
         return f;
+}
+
+void fake_runtime_hold_creates(fake_runtime *f, bool hold)
+{
+        pthread_mutex_lock(&f->lock);
+        f->hold_creates = hold;
+        pthread_cond_broadcast(&f->creates_cond);
+        pthread_mutex_unlock(&f->lock);
+}
+
+bool fake_runtime_creating(fake_runtime *f, const char *id)
+{
+        bool found = false;
+
+        pthread_mutex_lock(&f->lock);
+        for (size_t i = 0; i < FAKE_MAX_CONTAINERS && !found; i++)
+                found = strcmp(f->creating_ids[i], id) == 0;
+        pthread_mutex_unlock(&f->lock);
+        return found;
+}
+
+void fake_runtime_creates(fake_runtime *f, size_t *ret_asked, size_t *ret_in_flight,
+                          size_t *ret_max)
+{
+        pthread_mutex_lock(&f->lock);
+        *ret_asked = f->creates;
+        *ret_in_flight = f->creating;
+        *ret_max = f->creating_max;
+        pthread_mutex_unlock(&f->lock);
 }
 
 void fake_runtime_free(fake_runtime *f)
@@ -416,6 +469,7 @@ void fake_runtime_free(fake_runtime *f)
         if (!f)
                 return;
         pthread_mutex_destroy(&f->lock);
+        pthread_cond_destroy(&f->creates_cond);
         free(f);
 }
 

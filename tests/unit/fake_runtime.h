@@ -51,7 +51,15 @@ void fake_runtime_on_exec(fake_runtime *f,
                           void (*fn)(void *userdata, const rt_exec_spec *spec, pid_t pid),
                           void *userdata);
 
-/* What was asked. */
+/* While hold is set, every create waits (in flight) until it is cleared. */
+void fake_runtime_hold_creates(fake_runtime *f, bool hold);
+
+/* What was asked. Creates: how many were asked, how many are in flight now, and the most
+ * in flight at once. */
+void fake_runtime_creates(fake_runtime *f, size_t *ret_asked, size_t *ret_in_flight,
+                          size_t *ret_max);
+/* Whether the container's create is in flight (held). */
+bool fake_runtime_creating(fake_runtime *f, const char *id);
 pid_t fake_runtime_last_exec_pid(fake_runtime *f);
 size_t fake_runtime_execs(fake_runtime *f);
 /* How many signals sig were delivered to processes of the container (sig 0: any). */

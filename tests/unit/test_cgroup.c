@@ -215,6 +215,66 @@ static void detect(const char *root, cgroup_version want, cgroup_fs *fs)
         assert_int_equal(fs->version, want);
 }
 
+/* ---- children (compute-nodeagent cleanup) ----------------------------------------------- */
+
+static bool has_name(char **names, size_t n, const char *want)
+{
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(names[i], want) == 0)
+                        return true;
+        return false;
+}
+
+/* v1: the union over every hierarchy, each name once (a cgroup left in some hierarchies
+ * only is found); files are not cgroups; a parent that exists nowhere has none. */
+static void test_children_v1(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char **names = NULL;
+        size_t n = 99;
+
+        make_v1_tree(f->dir, "cpuacct");
+        mkdirs(f->dir, "cpuacct/compute/b");
+        mkdirs(f->dir, "memory/compute/b");
+        mkdirs(f->dir, "memory/compute/c");
+        mkdirs(f->dir, "systemd/compute/d");
+        put(f->dir, "memory/compute/memory.limit_in_bytes", "1\n");
+        detect(f->dir, CS_CGROUP_V1, &fs);
+        assert_int_equal(cgroup_children(&fs, "/compute", &names, &n, &err), 0);
+        assert_int_equal(n, 4); /* abc (make_v1_tree), b, c, d */
+        assert_true(has_name(names, n, "abc") && has_name(names, n, "b") &&
+                    has_name(names, n, "c") && has_name(names, n, "d"));
+        cgroup_children_free(names, n);
+        assert_int_equal(cgroup_children(&fs, "/nowhere", &names, &n, &err), 0);
+        assert_int_equal(n, 0);
+        assert_null(names);
+        assert_int_equal(cgroup_children(&fs, "/compute/../x", &names, &n, &err), -1);
+        assert_int_equal(err->code, GRPC_STATUS_INVALID_ARGUMENT);
+        cs_error_freep(&err);
+        cgroup_fs_free(&fs);
+}
+
+static void test_children_v2(void **state)
+{
+        fixture *f = *state;
+        cgroup_fs fs = { 0 };
+        cs_error *err = NULL;
+        char **names = NULL;
+        size_t n = 0;
+
+        make_v2_tree(f->dir);
+        mkdirs(f->dir, "compute/def");
+        mkdirs(f->dir, "other/ghi");
+        detect(f->dir, CS_CGROUP_V2, &fs);
+        assert_int_equal(cgroup_children(&fs, "compute", &names, &n, &err), 0);
+        assert_int_equal(n, 2);
+        assert_true(has_name(names, n, "abc") && has_name(names, n, "def"));
+        cgroup_children_free(names, n);
+        cgroup_fs_free(&fs);
+}
+
 /* ---- detection -------------------------------------------------------------------------- */
 
 static void test_detect_v1(void **state)
@@ -1405,6 +1465,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_read_bad_path, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_read_v1_garbage, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_read_too_large, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_children_v1, setup_tmp, teardown_tmp),
+                cmocka_unit_test_setup_teardown(test_children_v2, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_read_v2, setup_tmp, teardown_tmp),
                 cmocka_unit_test_setup_teardown(test_read_v2_missing_files, setup_tmp,
                                                 teardown_tmp),

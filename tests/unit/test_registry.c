@@ -537,6 +537,98 @@ static void test_warm_pool_concurrent_claims(void **state)
         free(cs);
 }
 
+static void wait_creates(fixture *f, size_t asked, size_t in_flight)
+{
+        size_t a, n, max;
+
+        for (int i = 0; i < 1000; i++) {
+                fake_runtime_creates(f->fake, &a, &n, &max);
+                if (a == asked && n == in_flight)
+                        return;
+                usleep(10 * 1000);
+        }
+        fail_msg("creates: %zu asked, %zu in flight; wanted %zu and %zu", a, n, asked, in_flight);
+}
+
+static void wait_status(fixture *f, const char *id, sb_status status)
+{
+        sb_info info = { 0 };
+
+        for (int i = 0; i < 1000; i++) {
+                describe(f, id, &info);
+                if (info.status == status) {
+                        sb_info_clear(&info);
+                        return;
+                }
+                sb_info_clear(&info);
+                usleep(10 * 1000);
+        }
+        fail_msg("sandbox %s never reached status %d", id, (int)status);
+}
+
+/* Six creates at once with max_parallel_starts 2: two reach the runtime, four wait in
+ * STARTING; a queued one destroyed never reaches it; the others start two at a time. */
+static void test_parallel_starts_bounded(void **state)
+{
+        fixture *f = *state;
+        _cleanup_free_ char *img = cs_xasprintf("%s/%s", f->images_dir, SB_DEFAULT_IMAGE);
+        char ids[6][CS_UUID_STRLEN + 1];
+        cs_error *err = NULL;
+        sb_config cfg = { .state_dir = f->state_dir,
+                          .images_dir = f->images_dir,
+                          .cgroup_parent = "/compute",
+                          .grace_ms = 3600 * 1000,
+                          .sample_interval_ms = 3600 * 1000,
+                          .max_sandboxes = 8,
+                          .max_parallel_starts = 2 };
+        size_t asked, in_flight, max;
+        sb_info info = { 0 };
+        int starting = 0, queued = -1;
+
+        testfs_mkdir(img);
+        if (sb_registry_open(&cfg, fake_runtime_rt(f->fake), &f->cg, log_hook, &f->reg, &err) < 0)
+                fail_msg("sb_registry_open: %s", err->msg);
+        fake_runtime_hold_creates(f->fake, true);
+        for (int i = 0; i < 6; i++) {
+                char session[8];
+                sb_spec spec = { .id = ids[i], .tenant_id = "t", .session_id = session };
+                bool created = false;
+
+                snprintf(session, sizeof(session), "s%d", i);
+                cs_uuid_generate(ids[i]);
+                if (sb_create(f->reg, &spec, &info, &created, &err) < 0)
+                        fail_msg("sb_create: %s", err->msg);
+                assert_int_equal(info.status, SB_STARTING);
+                sb_info_clear(&info);
+        }
+        wait_creates(f, 2, 2);
+        usleep(100 * 1000); /* no third one comes */
+        fake_runtime_creates(f->fake, &asked, &in_flight, &max);
+        assert_int_equal(asked, 2);
+        for (int i = 0; i < 6; i++) {
+                describe(f, ids[i], &info);
+                starting += info.status == SB_STARTING;
+                sb_info_clear(&info);
+        }
+        assert_int_equal(starting, 6);
+        /* One that waits, destroyed meanwhile, never reaches the runtime. */
+        for (int i = 0; i < 6 && queued < 0; i++) {
+                _cleanup_free_ char *cid = cs_xasprintf("cs-%s", ids[i]);
+                if (!fake_runtime_creating(f->fake, cid))
+                        queued = i;
+        }
+        assert_true(queued >= 0);
+        if (sb_destroy(f->reg, ids[queued], -1, &info, &err) < 0)
+                fail_msg("sb_destroy: %s", err->msg);
+        sb_info_clear(&info);
+        fake_runtime_hold_creates(f->fake, false);
+        for (int i = 0; i < 6; i++)
+                wait_status(f, ids[i], i == queued ? SB_DESTROYED : SB_READY);
+        fake_runtime_creates(f->fake, &asked, &in_flight, &max);
+        assert_int_equal(asked, 5);
+        assert_int_equal(max, 2);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -544,6 +636,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_reopen_skips_bad_record, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_failed_stop_removes_cgroup, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_warm_pool_concurrent_claims, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_parallel_starts_bounded, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
