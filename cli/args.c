@@ -185,8 +185,8 @@ void cli_print_wrapped(FILE *out, int indent, const char *text)
 
 void cli_print_command_help(const cli_command *cmd, FILE *out)
 {
-        fprintf(out, "Usage: " CLI_NAME " [GLOBAL OPTION]... %s [OPTION]... %s\n\n%s\n", cmd->name,
-                cmd->args, cmd->summary);
+        fprintf(out, "Usage: " CLI_NAME " [GLOBAL OPTION]... %s [OPTION]...%s%s\n\n%s\n", cmd->name,
+                *cmd->args ? " " : "", cmd->args, cmd->summary);
         fprintf(out, "\nOptions:\n");
         for (size_t i = 0; i < cmd->n_options; i++) {
                 const cli_option *o = &cmd->options[i];
@@ -205,18 +205,22 @@ void cli_print_command_help(const cli_command *cmd, FILE *out)
         if (cmd->details)
                 fprintf(out, "\n%s", cmd->details);
         if (global.cmd) {
-                fprintf(out, "\nGlobal options, before or after the command name");
-                if (cmd->options_first)
-                        fprintf(out, " (here: before the first argument)");
-                fprintf(out, ":\n  ");
+                _cleanup_free_ char *list = cs_xstrdup(""), *all = NULL;
+
+                fprintf(out, "\nGlobal options, before or after the command name%s:\n",
+                        cmd->options_first ? " (here: before its ID)" : "");
                 for (size_t i = 0; i < global.cmd->n_options; i++) {
                         const cli_option *o = &global.cmd->options[i];
-                        fprintf(out, "%s--%s%s", i ? ", " : "", o->name,
-                                find_long(cmd, o->name, strlen(o->name))
-                                        ? " (before the command only)"
-                                        : "");
+                        char *more = cs_xasprintf("%s%s--%s%s", list, i ? ", " : "", o->name,
+                                                  find_long(cmd, o->name, strlen(o->name))
+                                                          ? " (before the command only)"
+                                                          : "");
+
+                        free(list);
+                        list = more;
                 }
-                fprintf(out, ": see '" CLI_NAME " --help'.\n");
+                all = cs_xasprintf("%s: see '" CLI_NAME " --help'.", list);
+                cli_print_wrapped(out, 2, all);
         }
 }
 

@@ -46,7 +46,9 @@ static const cli_option exec_options[] = {
         { EXEC_ENV, "env", 'e', "K=V",
           "Set an environment variable for the command (repeatable). A bare K takes K's value "
           "from computectl's own environment." },
-        { EXEC_CWD, "cwd", 'w', "DIR", "Working directory. Default: the workspace mount path." },
+        { EXEC_CWD, "cwd", 'w', "DIR",
+          "Working directory, an absolute path (e.g. /workspace/src). Default: the workspace "
+          "mount path." },
         { EXEC_TIMEOUT, "timeout", 0, "SECONDS",
           "Timeout of the command (s, m or h suffix allowed); the server caps it at 600 s, "
           "which is also the default. On expiry: exit status 124." },
@@ -580,6 +582,19 @@ static int run_exec(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
         if (n == 0 || first >= n) {
                 cli_usage_error(cmd, n == 0 ? "missing the sandbox ID and the command"
                                             : "missing the command to run");
+                exec_state_free(&s);
+                return CLI_EXIT_USAGE;
+        }
+        /* "exec ID -w DIR pwd": an option after the ID would be the remote command and fail
+         * as "-w: command not found" (127). A command whose name starts with '-' is written
+         * after "--", which passes it as is. */
+        if (first == 1 && pos[1][0] == '-' && pos[1][1] != '\0') {
+                cli_usage_error(cmd,
+                                "'%s' after the sandbox ID would be the remote command: "
+                                "exec's options go before the ID (computectl exec [OPTION]... "
+                                "ID [--] COMMAND [ARG]...); a command that starts with '-' "
+                                "goes after '--'",
+                                pos[1]);
                 exec_state_free(&s);
                 return CLI_EXIT_USAGE;
         }

@@ -141,6 +141,36 @@ static const char *base_name(const char *path)
         return slash ? slash + 1 : path;
 }
 
+static char *join(const char *dir, const char *name)
+{
+        if (!*dir || strcmp(dir, ".") == 0)
+                return cs_xstrdup(name);
+        return cs_xasprintf("%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name);
+}
+
+static int list_dir_call(cli_ctx *ctx, const char *id, const char *rpath, uint32_t max,
+                         ProtobufCMessage **ret, cs_error **err)
+{
+        Compute__V1__ListFilesRequest req = COMPUTE__V1__LIST_FILES_REQUEST__INIT;
+
+        req.sandbox_id = (char *)id;
+        req.path = (char *)(*rpath ? rpath : ".");
+        req.max_entries = max;
+        return cli_unary(ctx, CLI_METHOD("ListFiles"), &req.base,
+                         &compute__v1__list_files_response__descriptor, ret, err);
+}
+
+/* Whether the remote rpath is a directory (ListFiles answers for one only). Asked after a
+ * WriteFile or ReadFile refused rpath as FAILED_PRECONDITION, to tell "a directory" from the
+ * other reasons; any failure of its own reads as "no". */
+static bool remote_is_dir(cli_ctx *ctx, const char *id, const char *rpath)
+{
+        _cleanup_msg_ ProtobufCMessage *probe = NULL;
+        _cleanup_error_ cs_error *err = NULL;
+
+        return list_dir_call(ctx, id, rpath, 1, &probe, &err) == 0;
+}
+
 static int cp_summary(const cli_ctx *ctx, const char *src, const char *dst, uint64_t bytes,
                       bool to_stderr)
 {
@@ -237,6 +267,7 @@ static int cp_upload(cli_ctx *ctx, const cp_state *s, const char *src, const cha
         int64_t total = -1;
         uint64_t bytes = 0;
         struct stat st;
+        int r;
 
         if (!is_stdin) {
                 own_fd = open(src, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -270,7 +301,24 @@ static int cp_upload(cli_ctx *ctx, const cp_state *s, const char *src, const cha
         } else {
                 target = cs_xstrdup(rpath);
         }
-        if (upload_stream(ctx, s, fd, src, total, mode, id, target, &bytes, &err) < 0)
+        r = upload_stream(ctx, s, fd, src, total, mode, id, target, &bytes, &err);
+        /* "cp FILE ID:dir" with dir there: into it under the source's name, as cp(1) does
+         * (the first WriteFile refused a directory; nothing was written). */
+        if (r < 0 && bytes == 0 && err->code == GRPC_STATUS_FAILED_PRECONDITION &&
+            strcmp(target, rpath) == 0 && remote_is_dir(ctx, id, rpath)) {
+                if (is_stdin || lseek(fd, 0, SEEK_SET) < 0) {
+                        cs_error_freep(&err);
+                        cs_error_set(&err, GRPC_STATUS_FAILED_PRECONDITION,
+                                     "'%s' is a directory: name the file (%s:%s/NAME)", rpath, id,
+                                     rpath);
+                        return cli_fail(err);
+                }
+                cs_error_freep(&err);
+                free(target);
+                target = join(rpath, base_name(src));
+                r = upload_stream(ctx, s, fd, src, total, mode, id, target, &bytes, &err);
+        }
+        if (r < 0)
                 return cli_fail(err);
         remote = cs_xasprintf("%s:%s", id, target);
         return cp_summary(ctx, src, remote, bytes, false);
@@ -341,6 +389,19 @@ static char *download_target(const char *dst, const char *rpath)
         return cs_xstrdup(dst);
 }
 
+/* A download whose first ReadFile refused a directory: say how to copy one, as an upload of
+ * a local directory does. */
+static void hint_directory(cli_ctx *ctx, const char *id, const char *rpath, uint64_t done,
+                           cs_error **err)
+{
+        if (done > 0 || (*err)->code != GRPC_STATUS_FAILED_PRECONDITION ||
+            !remote_is_dir(ctx, id, rpath))
+                return;
+        cs_error_freep(err);
+        cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                     "'%s' is a directory (cp -r copies a directory)", rpath);
+}
+
 static int cp_download(cli_ctx *ctx, const cp_state *s, const char *src, const char *id,
                        const char *rpath, const char *dst)
 {
@@ -371,6 +432,8 @@ static int cp_download(cli_ctx *ctx, const cp_state *s, const char *src, const c
                 progress_start(&prog, !ctx->json && !s->quiet, rpath, -1);
                 r = download_to(ctx, id, rpath, to_stdout ? STDOUT_FILENO : fd,
                                 to_stdout ? "stdout" : target, &prog, &err);
+                if (r < 0)
+                        hint_directory(ctx, id, rpath, prog.done, &err);
                 if (r == 0 && fd >= 0 && close(TAKE_FD(fd)) < 0)
                         r = cs_error_errno(&err, errno, "cannot write '%s'", target);
                 progress_end(&prog, r == 0);
@@ -394,6 +457,8 @@ static int cp_download(cli_ctx *ctx, const cp_state *s, const char *src, const c
         cli_signals_set_unlink(tmp);
         progress_start(&prog, !ctx->json && !s->quiet, rpath, -1);
         r = download_to(ctx, id, rpath, fd, target, &prog, &err);
+        if (r < 0)
+                hint_directory(ctx, id, rpath, prog.done, &err);
         if (r == 0 && fchmod(fd, download_mode(target)) < 0)
                 r = cs_error_errno(&err, errno, "cannot set the mode of '%s'", tmp);
         if (r == 0 && close(TAKE_FD(fd)) < 0)
@@ -496,13 +561,6 @@ static bool has_dotdot(const char *path)
         return false;
 }
 
-static char *join(const char *dir, const char *name)
-{
-        if (!*dir || strcmp(dir, ".") == 0)
-                return cs_xstrdup(name);
-        return cs_xasprintf("%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", name);
-}
-
 /* A name from a sandbox's listing is hostile: only a plain name of this directory is taken
  * (nothing empty, ".", "..", absolute or with a '/'). It is then only ever used relative to
  * the directory fd it belongs in. */
@@ -512,18 +570,6 @@ static bool remote_name_ok(const char *name)
 
         return n > 0 && n <= CP_NAME_MAX && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
                !strchr(name, '/');
-}
-
-static int list_dir_call(cli_ctx *ctx, const char *id, const char *rpath, uint32_t max,
-                         ProtobufCMessage **ret, cs_error **err)
-{
-        Compute__V1__ListFilesRequest req = COMPUTE__V1__LIST_FILES_REQUEST__INIT;
-
-        req.sandbox_id = (char *)id;
-        req.path = (char *)(*rpath ? rpath : ".");
-        req.max_entries = max;
-        return cli_unary(ctx, CLI_METHOD("ListFiles"), &req.base,
-                         &compute__v1__list_files_response__descriptor, ret, err);
 }
 
 /* --- cp -r down: sandbox -> host --- */
@@ -1039,9 +1085,25 @@ static int run_cp(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
         }
         src_remote = remote_parse(pos[0], src_id, &src_path);
         dst_remote = remote_parse(pos[1], dst_id, &dst_path);
-        if (src_remote == dst_remote) {
-                cli_usage_error(cmd, "exactly one of SRC and DST must be ID:PATH (a sandbox "
-                                     "file), the other a local path or '-'");
+        if (src_remote && dst_remote) {
+                cli_usage_error(cmd, "SRC and DST are both ID:PATH: cp copies between a sandbox "
+                                     "and this host (copy through a local file)");
+                return CLI_EXIT_USAGE;
+        }
+        if (!src_remote && !dst_remote) {
+                /* "cp hello.txt $SB": a bare ID is a local file name. */
+                const char *bare = cs_uuid_valid(pos[1])   ? pos[1]
+                                   : cs_uuid_valid(pos[0]) ? pos[0]
+                                                           : NULL;
+
+                if (bare)
+                        cli_usage_error(cmd,
+                                        "'%s' is a sandbox ID without ':': write '%s:' for "
+                                        "its workspace, or '%s:PATH' for a file in it",
+                                        bare, bare, bare);
+                else
+                        cli_usage_error(cmd, "exactly one of SRC and DST must be ID:PATH (a "
+                                             "sandbox file), the other a local path or '-'");
                 return CLI_EXIT_USAGE;
         }
         if (s.recursive && dst_remote)
@@ -1056,7 +1118,7 @@ static int run_cp(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
 const cli_command cli_cmd_cp = {
         .name = "cp",
         .args = "SRC DST",
-        .summary = "Copy a file or (-r) a directory into or out of a sandbox's workspace.",
+        .summary = "Copy a file or (-r) a directory to or from a sandbox's workspace.",
         .details =
                 "Exactly one of SRC and DST is ID:PATH, a file in the sandbox (PATH relative to\n"
                 "the workspace, or absolute under its mount path); the other is a local path,\n"

@@ -86,15 +86,31 @@ static int on_list_option(void *state, int id, const char *value)
 
 /* --- output ----------------------------------------------------------------------------- */
 
-#define ROW_FMT "%-36s  %-9s  %-20s  %9s  %10s  %10s  %s  %s\n"
+#define ROW_FMT "%-36s  %-9s  %-20s  %9s  %10s  %10s  %-*s  %s\n"
+/* SESSION is as wide as the longest session of the page (REASON lines up after it), up to
+ * this. Rows are printed as pages come, so a later page's longer session widens its rows
+ * only: the column never narrows. */
+#define SESSION_WIDTH_MAX 64
 
-static void print_header(void)
+static void print_header(int session_width)
 {
         printf(ROW_FMT, "SANDBOX ID", "STATUS", "CREATED", "UPTIME", "CPU_MS", "MEM_PEAK",
-               "SESSION", "REASON");
+               session_width, "SESSION", "REASON");
 }
 
-static void print_row(const Compute__V1__SandboxSummary *s)
+/* The SESSION column's width for a page: its longest session, never narrower than before. */
+static int session_width(const Compute__V1__ListSandboxesResponse *resp, int width)
+{
+        for (size_t i = 0; i < resp->n_sandboxes; i++) {
+                size_t len = strlen(resp->sandboxes[i]->session_id);
+
+                if (len > (size_t)width)
+                        width = len > SESSION_WIDTH_MAX ? SESSION_WIDTH_MAX : (int)len;
+        }
+        return width;
+}
+
+static void print_row(const Compute__V1__SandboxSummary *s, int session_width)
 {
         const Common__V1__UsageMetrics *u = s->current_usage;
         char st[CLI_FMT_MAX], created[CLI_FMT_MAX], up[CLI_FMT_MAX], cpu[32], mem[CLI_FMT_MAX];
@@ -114,7 +130,7 @@ static void print_row(const Compute__V1__SandboxSummary *s)
         if (sp)
                 memmove(sp, sp + 1, strlen(sp));
         printf(ROW_FMT, s->sandbox_id, fmt_status(s->status, st), created[0] ? created : "-",
-               fmt_duration_ms(pb_duration_ms(s->current_uptime), up), cpu, mem,
+               fmt_duration_ms(pb_duration_ms(s->current_uptime), up), cpu, mem, session_width,
                session[0] ? session : "-", reason[0] ? reason : "-");
 }
 
@@ -155,6 +171,7 @@ static int run_list(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
         _cleanup_free_ char **pos = NULL;
         _cleanup_free_ char *token = cs_xstrdup("");
         uint64_t shown = 0;
+        int width = (int)strlen("SESSION");
         bool truncated = false;
         size_t n = 0;
         int r;
@@ -209,8 +226,9 @@ static int run_list(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
                                               "token" };
                         return cli_fail(&e);
                 }
+                width = session_width(resp, width);
                 if (!ctx->json && shown == 0)
-                        print_header();
+                        print_header(width);
                 for (size_t i = 0; i < resp->n_sandboxes; i++) {
                         if (s.limit && shown == s.limit) {
                                 truncated = true;
@@ -219,7 +237,7 @@ static int run_list(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
                         if (ctx->json)
                                 json_row(&j, resp->sandboxes[i]);
                         else
-                                print_row(resp->sandboxes[i]);
+                                print_row(resp->sandboxes[i], width);
                         shown++;
                 }
                 free(token);

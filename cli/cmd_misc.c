@@ -52,7 +52,7 @@ static int run_version(cli_ctx *ctx, const cli_command *cmd, int argc, char **ar
 const cli_command cli_cmd_version = {
         .name = "version",
         .args = "",
-        .summary = "Print computectl's version (the server's is not available through the API).",
+        .summary = "Print computectl's version (the API does not tell the server's).",
         .details = "Text: 'client: computectl VERSION' and a 'server:' line saying that the\n"
                    "service has no call that tells its version (none is made).\n"
                    "--json: {\"client_version\", \"server_version\": null}.\n",
@@ -298,7 +298,7 @@ static int run_completion(cli_ctx *ctx, const cli_command *cmd, int argc, char *
 const cli_command cli_cmd_completion = {
         .name = "completion",
         .args = "bash|zsh",
-        .summary = "Print a shell completion script (commands, options, local paths for cp).",
+        .summary = "Print a shell completion script for bash or zsh.",
         .details = "bash:  source <(computectl completion bash)   (e.g. in ~/.bashrc)\n"
                    "zsh:   source <(computectl completion zsh)    (after compinit), or save it as\n"
                    "       _computectl in a directory of $fpath.\n"

@@ -168,7 +168,10 @@ static int run_create(cli_ctx *ctx, const cli_command *cmd, int argc, char **arg
                 return CLI_EXIT_USAGE;
         }
         if (!*s.req.tenant_id || !*s.req.session_id) {
-                cli_usage_error(cmd, "--tenant and --session are required");
+                cli_usage_error(cmd, "%s required (e.g. create --tenant acme --session demo)",
+                                *s.req.tenant_id    ? "--session is"
+                                : *s.req.session_id ? "--tenant is"
+                                                    : "--tenant and --session are");
                 return CLI_EXIT_USAGE;
         }
         if (s.has_ws)

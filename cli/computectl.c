@@ -97,20 +97,35 @@ static void print_global_help(FILE *out)
                         o->metavar ? o->metavar : "");
                 cli_print_wrapped(out, 10, o->help);
         }
-        fprintf(out, "  -h, --help\n          Print this help and exit.\n"
-                     "      --version\n          Print the version and exit.\n\n"
-                     "The options above may come before or after the command's name (for exec:\n"
-                     "before its ID). Run '" CLI_NAME " COMMAND --help' for a command's own.\n\n"
-                     "Exit status:\n"
-                     "  0       success\n"
-                     "  125     computectl's own error: a usage error, or a call or local step\n"
-                     "          that failed (printed as '" CLI_NAME ": STATUS: message')\n"
-                     "  other   exec: the remote command's exit status (126: not executable,\n"
-                     "          127: not found, 128+N: killed by signal N), 124 when its\n"
-                     "          timeout passed, 130 when interrupted\n");
+        fprintf(out,
+                "  -h, --help\n          Print this help and exit.\n"
+                "      --version\n          Print the version and exit.\n\n"
+                "The options above may come before or after the command's name (for exec:\n"
+                "before its ID). Run '" CLI_NAME " COMMAND --help' (or '" CLI_NAME " help\n"
+                "COMMAND') for a command's own.\n\n"
+                "Exit status:\n"
+                "  0       success\n"
+                "  125     computectl's own error: a usage error, or a call or local step\n"
+                "          that failed (printed as '" CLI_NAME ": STATUS: message')\n"
+                "  other   exec: the remote command's exit status (126: not executable,\n"
+                "          127: not found, 128+N: killed by signal N), 124 when its\n"
+                "          timeout passed, 130 when interrupted\n\n"
+                "Examples:\n"
+                "  SB=$(" CLI_NAME " create --tenant acme --session demo)\n"
+                "  " CLI_NAME " exec $SB -- python3 -c 'print(6*7)'\n"
+                "  " CLI_NAME " exec --cwd /workspace/in $SB -- ls -l   (options before the ID)\n"
+                "  " CLI_NAME " cp hello.txt $SB:in/    (ID:PATH: a path in the workspace)\n"
+                "  " CLI_NAME " cp $SB:in/hello.txt .\n"
+                "  " CLI_NAME " ls -r $SB\n"
+                "  " CLI_NAME " list --tenant acme\n"
+                "  " CLI_NAME " destroy $SB\n");
 }
 
 /* --- errors and calls ------------------------------------------------------------------- */
+
+/* The address of the one channel, for cli_fail's hint: a newcomer who forgot COMPUTE_ADDR
+ * sees which address was tried. */
+static const char *channel_addr;
 
 int cli_fail(const cs_error *err)
 {
@@ -124,15 +139,21 @@ int cli_fail(const cs_error *err)
                                  "(or --tls-server-name), and whether it requires a client "
                                  "certificate (--tls-cert, --tls-key)\n");
         else if (err->code == GRPC_STATUS_UNAVAILABLE)
-                fprintf(stderr, CLI_NAME ": no connection: is the service up at that address? If "
-                                         "it serves TLS, add --tls (and --tls-ca FILE)\n");
+                fprintf(stderr,
+                        CLI_NAME
+                        ": no connection to %s: is the service up there (--addr or " CLI_ADDR_ENV
+                        " to use another)? If it serves TLS, add --tls (and "
+                        "--tls-ca FILE)\n",
+                        channel_addr ? channel_addr : "the service");
         return CLI_EXIT_ERROR;
 }
 
 rpc_channel *cli_channel(cli_ctx *ctx)
 {
-        if (!ctx->channel)
+        if (!ctx->channel) {
                 ctx->channel = rpc_channel_new(ctx->addr);
+                channel_addr = ctx->addr;
+        }
         return ctx->channel;
 }
 
@@ -387,6 +408,25 @@ int main(int argc, char **argv)
         if (idx <= 0)
                 return -idx;
         cli_set_global(&cli_global, on_global_option, &st);
+        /* "computectl help [COMMAND]", as git and kubectl take it: the same as --help. */
+        if (strcmp(argv[idx], "help") == 0) {
+                if (idx + 1 >= argc) {
+                        print_global_help(stdout);
+                        return CLI_EXIT_OK;
+                }
+                cmd = find_command(argv[idx + 1]);
+                if (!cmd || idx + 2 < argc) {
+                        if (!cmd)
+                                fprintf(stderr, CLI_NAME ": help: unknown command '%s'\n",
+                                        argv[idx + 1]);
+                        else
+                                fprintf(stderr, CLI_NAME ": help: one command at a time\n");
+                        fprintf(stderr, "Try '" CLI_NAME " --help'.\n");
+                        return CLI_EXIT_USAGE;
+                }
+                cli_print_command_help(cmd, stdout);
+                return CLI_EXIT_OK;
+        }
         cmd = find_command(argv[idx]);
         if (!cmd) {
                 fprintf(stderr, CLI_NAME ": unknown command '%s'\nTry '" CLI_NAME " --help'.\n",

@@ -3,8 +3,9 @@ checks that every command prints what the README says it prints.
 
 The session is the ```console block between <!-- readme-session:begin --> and
 <!-- readme-session:end -->: lines starting with "$ " are commands (run in one bash, in order,
-in a scratch directory, with build/bin first on PATH), the lines after each are its expected
-output; "…" in an expected line matches anything.
+in a scratch directory, with build/bin first on PATH and TMPDIR in the scratch directory), the
+lines after each are its expected output; "…" in an expected line matches anything. The files
+the session makes stay out of the directory it starts in (the checkout, for a reader).
 
 Usage: test_readme_session.py BUILD_DIR SOURCE_DIR"""
 import os
@@ -63,11 +64,17 @@ class ReadmeSessionTest(unittest.TestCase):
         script = ["set -e"]
         for i, (cmd, _) in enumerate(steps):
             script += [f"echo '{marker} {i}'", cmd]
-        env = dict(os.environ, COMPUTE_ADDR=self.fe.address,
+        tmpdir = os.path.join(self.scratch.name, "tmp")
+        start = os.path.join(self.scratch.name, "checkout")
+        os.mkdir(tmpdir)
+        os.mkdir(start)
+        env = dict(os.environ, COMPUTE_ADDR=self.fe.address, TMPDIR=tmpdir,
                    PATH=os.path.join(BUILD_DIR, "bin") + ":" + os.environ["PATH"])
-        run = subprocess.run(["bash", "-c", "\n".join(script)], cwd=self.scratch.name, env=env,
+        run = subprocess.run(["bash", "-c", "\n".join(script)], cwd=start, env=env,
                              capture_output=True, text=True, timeout=300)
         self.assertEqual(run.returncode, 0, f"session failed:\n{run.stdout}\n{run.stderr}")
+        self.assertEqual(os.listdir(start), [], "the session wrote into the directory it "
+                                               "started in (a reader's checkout)")
         outputs = re.split(rf"^{marker} \d+\n", run.stdout, flags=re.M)[1:]
         self.assertEqual(len(outputs), len(steps), run.stdout)
         for (cmd, expected), got in zip(steps, outputs):

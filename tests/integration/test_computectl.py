@@ -202,11 +202,22 @@ class ComputectlTest(ServiceTestCase):
     # --- tests ---
 
     def test_help_and_usage_errors(self):
-        for args in (["--help"], ["-h"]) + tuple([c, "--help"] for c in COMMANDS):
+        for args in (["--help"], ["-h"], ["help"]) + tuple([c, "--help"] for c in COMMANDS) \
+                + tuple(["help", c] for c in COMMANDS):
             p = subprocess.run([CTL, *args], capture_output=True, timeout=30)
             self.assertEqual(p.returncode, 0, args)
             self.assertIn(b"Usage: computectl", p.stdout, args)
             self.assertEqual(p.stderr, b"", args)
+            # Fits a terminal of 80 columns, no line with a trailing space.
+            for line in p.stdout.decode().splitlines():
+                self.assertLessEqual(len(line), 80, (args, line))
+                self.assertEqual(line, line.rstrip(), (args, line))
+        self.assertEqual(subprocess.run([CTL, "help", "exec"], capture_output=True).stdout,
+                         subprocess.run([CTL, "exec", "--help"], capture_output=True).stdout)
+        p = subprocess.run([CTL, "--help"], capture_output=True, timeout=30)
+        self.assertIn(b"\nExamples:\n  SB=$(computectl create --tenant acme --session demo)\n",
+                      p.stdout)
+        sid = str(uuid.uuid4())
         for args in (["no-such-command"], [], ["--no-such-flag", "ls", "x"],
                      ["exec", "--bogus", "x", "true"], ["describe"], ["exec", "x"],
                      ["cp", "a", "b"], ["create", "--tenant", "t"],
@@ -214,12 +225,42 @@ class ComputectlTest(ServiceTestCase):
                      ["list"], ["list", "--tenant", "t", "extra"],
                      ["list", "--tenant", "t", "--status", "sleeping"],
                      ["list", "--tenant", "t", "--page-size", "0"],
-                     ["list", "--tenant", "t", "--page-size", "1001"]):
+                     ["list", "--tenant", "t", "--page-size", "1001"],
+                     ["help", "nope"], ["help", "exec", "cp"],
+                     ["exec", sid, "-w", "/tmp", "pwd"], ["exec", sid, "--json", "true"],
+                     ["cp", "a", sid], ["cp", f"{sid}:a", f"{sid}:b"]):
             p = subprocess.run([CTL, "--addr", self.frontend.address, *args],
                                capture_output=True, timeout=30)
             self.assertEqual(p.returncode, 125, (args, p.stderr))
             self.assertTrue(p.stderr.startswith(b"computectl: "), (args, p.stderr))
             self.assertEqual(p.stdout, b"", args)
+
+    def test_usage_errors_say_what_to_do(self):
+        sid = str(uuid.uuid4())
+        for args, msg in (
+                # An exec option after the ID would run as the remote command ("-w: command
+                # not found", 127): refused, before any call.
+                (["exec", sid, "-w", "/tmp", "pwd"],
+                 "'-w' after the sandbox ID would be the remote command: exec's options go "
+                 "before the ID"),
+                (["exec", sid, "--json", "true"], "'--json' after the sandbox ID"),
+                # A sandbox ID without ':' is a local file name.
+                (["cp", "hello.txt", sid], f"'{sid}' is a sandbox ID without ':': write '{sid}:'"),
+                (["cp", sid, "out.txt"], f"'{sid}' is a sandbox ID without ':'"),
+                (["cp", f"{sid}:a", f"{sid}:b"], "SRC and DST are both ID:PATH"),
+                (["create", "--tenant", "t"], "create: --session is required (e.g. create "),
+                (["create", "--session", "s"], "create: --tenant is required"),
+                (["help", "nope"], "help: unknown command 'nope'")):
+            p = self.ctl(*args)
+            self.assertEqual(p.returncode, 125, self.explain(p))
+            self.assertIn(msg, p.stderr.decode(), self.explain(p))
+            self.assertEqual(p.stdout, b"", self.explain(p))
+        # With '--', a remote command that starts with '-' is passed as is (and not found).
+        sid = self.create()
+        p = self.ctl("exec", sid, "--", "-x")
+        self.assertEqual((p.returncode, p.stderr), (127, b"-x: command not found\n"),
+                         self.explain(p))
+        self.ok("destroy", sid)
 
     def test_errors_name_the_status(self):
         p = self.ctl("describe", "not-a-uuid")
@@ -232,6 +273,9 @@ class ComputectlTest(ServiceTestCase):
                             "describe", str(uuid.uuid4())], capture_output=True, timeout=30)
         self.assertEqual(p.returncode, 125, p.stderr)
         self.assertTrue(p.stderr.startswith(b"computectl: UNAVAILABLE: "), p.stderr)
+        # The hint names the address tried, and how to give another.
+        self.assertIn(b"computectl: no connection to 127.0.0.1:", p.stderr)
+        self.assertIn(b"(--addr or COMPUTE_ADDR to use another)", p.stderr)
 
     def test_readme_session(self):
         sid = self.create()
@@ -328,10 +372,10 @@ class ComputectlTest(ServiceTestCase):
     def test_list_and_status_reason(self):
         tenant = str(uuid.uuid4())
         ids = {}
-        for session in ("s0", "s1", "s2"):
+        for key, session in (("s0", "s0"), ("s1", "s1-a-longer-session"), ("s2", "s2")):
             extra = ["--max-runtime", "2"] if session == "s2" else []
             p = self.ok("create", "--tenant", tenant, "--session", session, *extra)
-            ids[session] = p.stdout.decode().strip()
+            ids[key] = p.stdout.decode().strip()
         self.ok("exec", ids["s0"], "true")
         self.ok("destroy", ids["s1"])
         # s2 fails when its max_runtime passes; describe says why, in text and JSON.
@@ -361,7 +405,15 @@ class ComputectlTest(ServiceTestCase):
         self.assertEqual([r[0] for r in rows], [ids["s0"], ids["s1"], ids["s2"]],
                          self.explain(p))
         self.assertEqual([r[1] for r in rows], ["READY", "DESTROYED", "FAILED"])
-        self.assertEqual([r[6] for r in rows], ["s0", "s1", "s2"])
+        self.assertEqual([r[6] for r in rows], ["s0", "s1-a-longer-session", "s2"])
+        # SESSION is as wide as its longest value in the page: REASON starts in one column on
+        # every line (the default page holds 100).
+        p = self.ok("list", "--tenant", tenant)
+        lines = p.stdout.decode().splitlines()
+        at = lines[0].index("REASON")
+        self.assertEqual([ln[at - 2:at] for ln in lines[1:]], ["  "] * 3, self.explain(p))
+        self.assertEqual([ln[at:] for ln in lines[1:]],
+                         ["-", "-", "max_runtime of 2 s exceeded"], self.explain(p))
         self.assertEqual(rows[0][7], "-")
         self.assertEqual(rows[2][7], "max_runtime of 2 s exceeded")
         self.assertRegex(rows[0][2], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
@@ -506,6 +558,10 @@ class ComputectlTest(ServiceTestCase):
         self.assertIn("computectl [GLOBAL OPTION]... exec [OPTION]... ID [--] COMMAND [ARG]...",
                       text[text.index("\nCOMMANDS\n"):])
         self.assertIn("--recursive", text)
+        # The examples one a line, as in --help (not filled into a paragraph).
+        self.assertRegex(text, r"(?m)^EXAMPLES$")
+        self.assertRegex(text, r"(?m)^\s+computectl ls -r \$SB$")
+        self.assertRegex(text, r"(?m)^\s+computectl destroy \$SB$")
 
     def test_global_options_after_the_command(self):
         sid = self.create()
@@ -712,6 +768,31 @@ class ComputectlTest(ServiceTestCase):
         p = self.ctl("cp", "-r", src, f"{sid}:x/../../y")
         self.assertEqual(p.returncode, 125, self.explain(p))
         self.assertIn(b"a '..' in the remote path", p.stderr)
+        self.ok("destroy", sid)
+
+    def test_cp_and_a_remote_directory(self):
+        sid = self.create()
+        src = os.path.join(self.tmp, "into-dir.txt")
+        with open(src, "wb") as f:
+            f.write(b"into the directory\n")
+        self.ok("exec", sid, "mkdir", "-p", "d")
+        # As cp(1): a DST that is a directory there gets the file under its own name.
+        self.ok("cp", src, f"{sid}:d")
+        p = self.ok("exec", sid, "cat", "d/into-dir.txt")
+        self.assertEqual(p.stdout, b"into the directory\n", self.explain(p))
+        # From stdin there is no name to give it.
+        p = self.ctl("cp", "-", f"{sid}:d", input=b"x")
+        self.assertEqual(p.returncode, 125, self.explain(p))
+        self.assertIn(f"'d' is a directory: name the file ({sid}:d/NAME)".encode(), p.stderr)
+        # A directory down without -r: how to copy one, and no temporary file left.
+        out = os.path.join(self.tmp, "dir-down")
+        os.mkdir(out)
+        for dst in (out, "-"):
+            p = self.ctl("cp", f"{sid}:d", dst)
+            self.assertEqual(p.returncode, 125, self.explain(p))
+            self.assertEqual(p.stderr, b"computectl: FAILED_PRECONDITION: 'd' is a directory "
+                                       b"(cp -r copies a directory)\n", self.explain(p))
+        self.assertEqual(os.listdir(out), [])
         self.ok("destroy", sid)
 
     def test_sandbox_names_never_reach_the_terminal_as_controls(self):

@@ -320,6 +320,28 @@ class SdkTest(unittest.TestCase):
         self.assertTrue(lines[5].startswith("NOT_FOUND "), lines[5])
         self.assertTrue(lines[6].endswith("ms of CPU so far"), lines[6])
 
+    def test_sdk_readme_example(self):
+        """clients/python/README.md's first example, with the address from COMPUTE_ADDR."""
+        with open(os.path.join(SOURCE_DIR, "clients", "python", "README.md")) as f:
+            code = f.read().split("```python\n")[1].split("```")[0]
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                             text=True, timeout=300,
+                             env=dict(os.environ, COMPUTE_ADDR=self.fe.address)).stdout
+        lines = out.splitlines()
+        self.assertEqual(lines[:2], ["0 45", "42"], out)
+        self.assertEqual(lines[2], "ExecOutput(stream='stdout', data=b'one\\n')", out)
+        self.assertEqual(lines[3], "ExecOutput(stream='stdout', data=b'two\\n')", out)
+        self.assertTrue(lines[4].startswith("ExecCompletion(exit_code=0"), out)
+        self.assertEqual(lines[5], f"{40 << 20} ['data', 'data/big.bin', 'out.txt']", out)
+        self.assertEqual(lines[6], "NOT_FOUND 'missing.txt': no such file", out)
+
+    def test_exec_is_a_program_not_a_command_line(self):
+        """What the SDK README says of exec("echo hello")."""
+        r = self.sb.exec("echo hello")
+        self.assertEqual((r.exit_code, r.stderr), (127, b"echo hello: command not found\n"))
+        r = self.sb.exec("sh", ["-c", "echo hello | wc -c"])
+        self.assertEqual((r.exit_code, r.stdout), (0, b"6\n"))
+
     # --- installing ---
 
     def test_pip_install(self):
