@@ -108,7 +108,8 @@ static const cs_option options[] = {
           "runsc --platform (ptrace, kvm, systrap); empty: runsc's default.", &runsc_platform, 0,
           0 },
         { "runsc-network", "COMPUTE_RUNSC_NETWORK", CS_OPT_STRING, "none",
-          "Sandbox networking: none (default: no network at all), sandbox or host.", &runsc_network,
+          "runsc --network. Local mode: none only (no network at all; sandbox and host are "
+          "refused: they give a local sandbox no network and fail its start).", &runsc_network,
           0, 0 },
         { "cgroup-root", "COMPUTE_CGROUP_ROOT", CS_OPT_STRING, NA_CGROUP_ROOT_DEFAULT,
           "Where the cgroup hierarchy is mounted (v1 or v2, detected).", &cgroup_root, 0, 0 },
@@ -349,6 +350,20 @@ static int agent_open(agent *a, cs_error **err)
                                     "--warm-pool: in kube mode the pool is the frontend's "
                                     "--kube-warm-pool (use 0 here)");
 
+        /* Measured with runsc 20240729 (docs/security.md, "Network"): a local sandbox's
+         * bundle asks runsc for a network namespace of its own, which nothing fills, so
+         * neither of runsc's networks can give it more than loopback, and both fail: sandbox
+         * dies of the agent's seccomp filter (setns), and with setns allowed refuses ("cannot
+         * run with network enabled in root network namespace"); host fails in the gofer
+         * ("mounting root with overlay: input/output error"). Refused here, not at every
+         * CreateSandbox. */
+        if (!kube && strcmp(runsc_network, "none") != 0)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--runsc-network %s: in local mode a sandbox has a network "
+                                    "namespace of its own with nothing in it, so runsc's %s "
+                                    "network gives it no network and its start fails; none is "
+                                    "the only value that works (docs/security.md, \"Network\")",
+                                    runsc_network, runsc_network);
         if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &a->capacity, err) < 0)
                 return -1;
         if (!kube && cpu_overcommit_pct && memory_overcommit_pct) {

@@ -4,12 +4,14 @@ every thread (and so in whatever it starts in the host's user namespace), and a 
 whole life (create, exec, file I/O, files of another uid in a 0700 directory of it, usage,
 agent restart, destroy, workspace removal) works with them.
 --capabilities all keeps what the agent was given; an unknown name stops the start. Every
-thread runs under the seccomp allowlist (Seccomp: 2).
+thread runs under the seccomp allowlist (Seccomp: 2). --runsc-network sandbox|host,
+which give a local sandbox no network (docs/security.md, "Network"), stops the start too.
 
 Usage: test_agent_caps.py BUILD_DIR"""
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -114,6 +116,18 @@ class AgentCapabilitiesTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=30)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("'no_such_cap' is not a capability name", r.stderr)
+
+    def test_runsc_network_other_than_none_refused(self):
+        """Local mode: runsc's sandbox and host networks give a sandbox no network and fail
+        its start (measured: docs/security.md, "Network"); the agent refuses them at once."""
+        for net in ("sandbox", "host"):
+            with tempfile.TemporaryDirectory(prefix="cs-net-") as state:
+                r = subprocess.run([os.path.join(BUILD_DIR, "bin", "compute-nodeagent"),
+                                    "--listen", "127.0.0.1:0", "--state-dir", state,
+                                    "--runsc-network", net],
+                                   capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"--runsc-network {net}: in local mode", r.stderr)
 
 
 if __name__ == "__main__":
