@@ -358,6 +358,9 @@ class Manifests(unittest.TestCase):
             pre_stop_s = int(cmd[1])
         self.assertGreater(spec["terminationGracePeriodSeconds"] * 1000,
                            grace_ms + pre_stop_s * 1000)
+        # ... and the grace covers the longest stream: the API's 600 s cap on a command or a
+        # session, then the 10 s from a timeout's SIGTERM to its SIGKILL (docs/api.md).
+        self.assertGreaterEqual(grace_ms, (600 + 10) * 1000)
         self.assertIn("limits", c["resources"])
         self.assertIn("requests", c["resources"])
         self.assert_tls_env(c, spec, "COMPUTE_AGENT_TLS_", "compute-frontend-tls")
