@@ -109,8 +109,8 @@ static const cs_option options[] = {
           0 },
         { "runsc-network", "COMPUTE_RUNSC_NETWORK", CS_OPT_STRING, "none",
           "runsc --network. Local mode: none only (no network at all; sandbox and host are "
-          "refused: they give a local sandbox no network and fail its start).", &runsc_network,
-          0, 0 },
+          "refused: they give a local sandbox no network and fail its start).",
+          &runsc_network, 0, 0 },
         { "cgroup-root", "COMPUTE_CGROUP_ROOT", CS_OPT_STRING, NA_CGROUP_ROOT_DEFAULT,
           "Where the cgroup hierarchy is mounted (v1 or v2, detected).", &cgroup_root, 0, 0 },
         { "cgroup-parent", "COMPUTE_CGROUP_PARENT", CS_OPT_STRING, NA_CGROUP_PARENT_DEFAULT,
