@@ -1113,9 +1113,42 @@ int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err)
         return r;
 }
 
-/* Adds the subdirectory names of dir (which may not exist) to *names, each once. */
-static int children_in(const char *dir, char ***names, size_t *n, cs_error **err)
+/* Calls fn(dir, ctx, err) with dir = rel under each v1 hierarchy: every directory under the
+ * root is taken for one (as in cgroup_remove); links such as cpu -> cpu,cpuacct are skipped,
+ * their target is listed too. Stops at fn's first nonzero answer and returns it; -1 with *err
+ * when the root cannot be listed. */
+static int each_v1_hierarchy(const cgroup_fs *fs, const char *rel,
+                             int (*fn)(const char *dir, void *ctx, cs_error **err), void *ctx,
+                             cs_error **err)
 {
+        DIR *d = opendir(fs->root);
+        struct dirent *e;
+        int r = 0;
+
+        if (!d)
+                return cs_error_errno(err, errno, "listing %s", fs->root);
+        while (r == 0 && (e = readdir(d))) {
+                _cleanup_free_ char *dir = NULL;
+
+                if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+                        continue;
+                dir = cs_xasprintf("%s/%s/%s", fs->root, e->d_name, rel);
+                r = fn(dir, ctx, err);
+        }
+        closedir(d);
+        return r;
+}
+
+typedef struct name_list {
+        char **names;
+        size_t n;
+} name_list;
+
+/* Adds the subdirectory names of dir (which may not exist) to the name_list ctx, each once. */
+static int children_in(const char *dir, void *ctx, cs_error **err)
+{
+        name_list *l = ctx;
+
         DIR *d = opendir(dir);
         struct dirent *e;
 
@@ -1129,12 +1162,12 @@ static int children_in(const char *dir, char ***names, size_t *n, cs_error **err
 
                 if (e->d_name[0] == '.' || e->d_type != DT_DIR)
                         continue;
-                for (size_t i = 0; i < *n && !seen; i++)
-                        seen = strcmp((*names)[i], e->d_name) == 0;
+                for (size_t i = 0; i < l->n && !seen; i++)
+                        seen = strcmp(l->names[i], e->d_name) == 0;
                 if (seen)
                         continue;
-                *names = xrealloc(*names, (*n + 1) * sizeof(**names));
-                (*names)[(*n)++] = cs_xstrdup(e->d_name);
+                l->names = xrealloc(l->names, (l->n + 1) * sizeof(*l->names));
+                l->names[l->n++] = cs_xstrdup(e->d_name);
         }
         closedir(d);
         return 0;
@@ -1144,8 +1177,7 @@ int cgroup_children(const cgroup_fs *fs, const char *path, char ***ret, size_t *
                     cs_error **err)
 {
         _cleanup_(lib_hierarchies_done) lib_hierarchies h = { 0 };
-        char **names = NULL;
-        size_t n = 0;
+        name_list l = { 0 };
         const char *rel;
         int r = 0;
 
@@ -1162,36 +1194,49 @@ int cgroup_children(const cgroup_fs *fs, const char *path, char ***ret, size_t *
                 if (lib_collect(fs, rel, NULL, false, cg, &h, err) < 0)
                         return -1;
                 for (size_t i = 0; i < h.n && r == 0; i++)
-                        r = children_in(h.dirs[i], &names, &n, err);
+                        r = children_in(h.dirs[i], &l, err);
         }
         if (r == 0 && fs->version == CS_CGROUP_V2 && !fs->libcgroup) {
                 _cleanup_free_ char *dir = cs_xasprintf("%s/%s", fs->root, rel);
-                r = children_in(dir, &names, &n, err);
+                r = children_in(dir, &l, err);
         } else if (r == 0 && fs->version == CS_CGROUP_V1) {
-                /* Every directory under the root is taken for a hierarchy (cgroup_remove). */
-                DIR *d = opendir(fs->root);
-                struct dirent *e;
-
-                if (!d)
-                        r = cs_error_errno(err, errno, "listing %s", fs->root);
-                while (d && r == 0 && (e = readdir(d))) {
-                        _cleanup_free_ char *dir = NULL;
-
-                        if (e->d_name[0] == '.' || e->d_type != DT_DIR)
-                                continue;
-                        dir = cs_xasprintf("%s/%s/%s", fs->root, e->d_name, rel);
-                        r = children_in(dir, &names, &n, err);
-                }
-                if (d)
-                        closedir(d);
+                r = each_v1_hierarchy(fs, rel, children_in, &l, err);
         }
         if (r < 0) {
-                cgroup_children_free(names, n);
+                cgroup_children_free(l.names, l.n);
                 return -1;
         }
-        *ret = names;
-        *ret_n = n;
+        *ret = l.names;
+        *ret_n = l.n;
         return 0;
+}
+
+static int exists_in(const char *dir, void *ctx, cs_error **err)
+{
+        (void)ctx;
+        (void)err;
+        return access(dir, F_OK) == 0 ? 1 : 0;
+}
+
+bool cgroup_exists(const cgroup_fs *fs, const char *path)
+{
+        _cleanup_free_ char *v2 = NULL;
+        cs_error *err = NULL;
+        const char *rel;
+        int r;
+
+        if (cgroup_rel_path(path, &rel, &err) < 0) {
+                cs_error_free(err);
+                return false;
+        }
+        if (fs->version == CS_CGROUP_V2) {
+                v2 = cs_xasprintf("%s/%s", fs->root, rel);
+                return access(v2, F_OK) == 0;
+        }
+        r = each_v1_hierarchy(fs, rel, exists_in, NULL, &err);
+        if (r < 0)
+                cs_error_free(err);
+        return r == 1;
 }
 
 void cgroup_children_free(char **names, size_t n)

@@ -104,6 +104,9 @@ int cgroup_remove(const cgroup_fs *fs, const char *path, cs_error **err);
 int cgroup_children(const cgroup_fs *fs, const char *path, char ***ret, size_t *ret_n,
                     cs_error **err);
 void cgroup_children_free(char **names, size_t n);
+/* Whether the cgroup `path` exists in the v2 tree or in any v1 hierarchy under the root (as
+ * cgroup_children looks for them). An invalid path, or a root that cannot be listed: no. */
+bool cgroup_exists(const cgroup_fs *fs, const char *path);
 
 /* The limits of a sandbox's cgroup (0: none). */
 typedef struct cgroup_limits {

@@ -400,29 +400,6 @@ static void detach_loops(cleanup *c)
 
 /* --- cgroups --------------------------------------------------------------------------- */
 
-/* Whether the cgroup at rel exists in the v2 tree or any v1 hierarchy. */
-static bool cgroup_exists(const cgroup_fs *fs, const char *rel)
-{
-        _cleanup_free_ char *v2 = cs_xasprintf("%s/%s", fs->root, rel);
-        struct dirent *e;
-        bool found = false;
-        DIR *d;
-
-        if (fs->version == CS_CGROUP_V2)
-                return access(v2, F_OK) == 0;
-        d = opendir(fs->root);
-        while (d && !found && (e = readdir(d))) {
-                _cleanup_free_ char *p = NULL;
-                if (e->d_name[0] == '.' || e->d_type != DT_DIR)
-                        continue;
-                p = cs_xasprintf("%s/%s/%s", fs->root, e->d_name, rel);
-                found = access(p, F_OK) == 0;
-        }
-        if (d)
-                closedir(d);
-        return found;
-}
-
 static void remove_cgroups(cleanup *c)
 {
         cgroup_fs fs = { 0 };
@@ -449,7 +426,7 @@ static void remove_cgroups(cleanup *c)
                 printf("removed cgroup %s\n", path);
                 c->cgroups++;
         }
-        if (cgroup_exists(&fs, cgroup_parent + strspn(cgroup_parent, "/"))) {
+        if (cgroup_exists(&fs, cgroup_parent)) {
                 if (cgroup_remove(&fs, cgroup_parent, &err) < 0) {
                         failed_err(c, err);
                 } else {

@@ -253,6 +253,11 @@ static void test_children_v1(void **state)
         assert_int_equal(cgroup_children(&fs, "/compute/../x", &names, &n, &err), -1);
         assert_int_equal(err->code, GRPC_STATUS_INVALID_ARGUMENT);
         cs_error_freep(&err);
+        /* cgroup_exists looks where cgroup_children does: d is in one hierarchy only. */
+        assert_true(cgroup_exists(&fs, "/compute"));
+        assert_true(cgroup_exists(&fs, "/compute/d"));
+        assert_false(cgroup_exists(&fs, "/nowhere"));
+        assert_false(cgroup_exists(&fs, "/compute/../compute"));
         cgroup_fs_free(&fs);
 }
 
@@ -272,6 +277,8 @@ static void test_children_v2(void **state)
         assert_int_equal(n, 2);
         assert_true(has_name(names, n, "abc") && has_name(names, n, "def"));
         cgroup_children_free(names, n);
+        assert_true(cgroup_exists(&fs, "/compute/def"));
+        assert_false(cgroup_exists(&fs, "/compute/ghi"));
         cgroup_fs_free(&fs);
 }
 
