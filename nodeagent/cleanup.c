@@ -24,7 +24,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,6 +32,7 @@
 #include "config.h"
 #include "runtime.h"
 #include "util.h"
+#include "volume.h"
 
 #define PROG "compute-nodeagent cleanup"
 
@@ -337,10 +337,8 @@ static void unmount_all(cleanup *c)
         char **list = mounts_under(c->state, &n);
 
         for (size_t i = 0; i < n; i++) {
-                /* A mount still busy (a process with a file open in it) is detached lazily:
-                 * it leaves the tree now, and its loop device once its last user lets go. */
-                if (umount2(list[i], UMOUNT_NOFOLLOW) < 0 &&
-                    (errno != EBUSY || umount2(list[i], UMOUNT_NOFOLLOW | MNT_DETACH) < 0)) {
+                /* One unmount per line of mountinfo: a stacked mount is listed once each. */
+                if (vol_umount_one(list[i]) < 0) {
                         if (errno != EINVAL && errno != ENOENT)
                                 failed(c, "cannot unmount %s: %s", list[i], strerror(errno));
                 } else {

@@ -193,13 +193,22 @@ bool vol_mounted(const char *mountpoint)
         return stat(mountpoint, &st) == 0 && stat(up, &parent) == 0 && st.st_dev != parent.st_dev;
 }
 
+int vol_umount_one(const char *mountpoint)
+{
+        /* A mount still busy is detached lazily: it leaves the tree now, and its loop device
+         * is freed once its last user lets go. */
+        if (umount2(mountpoint, UMOUNT_NOFOLLOW) == 0)
+                return 0;
+        if (errno != EBUSY)
+                return -1;
+        return umount2(mountpoint, UMOUNT_NOFOLLOW | MNT_DETACH);
+}
+
 int vol_unmount(const char *mountpoint, cs_error **err)
 {
-        /* Whatever is stacked there goes; a mount still busy is detached lazily (its loop
-         * device is freed once its last user lets go). */
+        /* Whatever is stacked there goes. */
         for (int i = 0; i < 8 && vol_mounted(mountpoint); i++) {
-                if (umount2(mountpoint, UMOUNT_NOFOLLOW) < 0 &&
-                    (errno != EBUSY || umount2(mountpoint, UMOUNT_NOFOLLOW | MNT_DETACH) < 0))
+                if (vol_umount_one(mountpoint) < 0)
                         return cs_error_errno(err, errno, "volume: unmount %s", mountpoint);
         }
         return 0;

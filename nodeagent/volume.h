@@ -30,6 +30,9 @@ int vol_create(const char *image, uint64_t size, const char *mountpoint, vol_cou
  * formats). For a volume that is no longer mounted (a reboot, an unmount by hand). */
 int vol_attach(const char *image, const char *mountpoint, vol_counters *ret_start, cs_error **err);
 
+/* Unmounts the top mount at mountpoint, lazily if busy. 0, or -1 with errno. */
+int vol_umount_one(const char *mountpoint);
+
 /* Unmounts whatever is mounted at mountpoint (lazily if busy; the loop device then detaches
  * itself when its last user lets go), keeping the image. Idempotent. */
 int vol_unmount(const char *mountpoint, cs_error **err);
