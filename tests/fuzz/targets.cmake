@@ -16,3 +16,4 @@ cs_fuzz_target(kube_watch SOURCES frontend/kube_framer.c shared/error.c shared/u
 cs_fuzz_target(kubeconfig SOURCES frontend/kube_config.c shared/base64.c shared/error.c shared/util.c
                PKGS jansson yaml-0.1)
 cs_fuzz_target(spawn_frame SOURCES shared/spawn_frame.c shared/utf8.c PKGS libprotobuf-c PROTO)
+cs_fuzz_target(netpolicy SOURCES shared/netpolicy.c shared/error.c shared/util.c)
