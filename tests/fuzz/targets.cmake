@@ -17,3 +17,5 @@ cs_fuzz_target(kubeconfig SOURCES frontend/kube_config.c shared/base64.c shared/
                PKGS jansson yaml-0.1)
 cs_fuzz_target(spawn_frame SOURCES shared/spawn_frame.c shared/utf8.c PKGS libprotobuf-c PROTO)
 cs_fuzz_target(netpolicy SOURCES shared/netpolicy.c shared/error.c shared/util.c)
+cs_fuzz_target(dns SOURCES nodeagent/dns_proxy_msg.c shared/netpolicy.c shared/error.c shared/util.c
+               PKGS ldns)
