@@ -23,7 +23,10 @@ CS_FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 # (pip install --no-build-isolation ./clients/python).
 # zsh and man-db: integration.computectl checks `computectl completion zsh` with zsh and
 # renders the man page with `man -l`; tmux: it drives `computectl exec -it` as a person would.
-CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel zsh man-db tmux)
+# nftables (nft) and iproute2 (ip): the sandbox networking tests build their own "internet"
+# (tests/e2e/test_internet.py: a namespace, a veth, routes, a guard table on the uplink).
+CS_TEST_PACKAGES=(prometheus python3-pip python3-setuptools python3-wheel zsh man-db tmux
+                  nftables iproute2)
 
 # runsc comes from Debian 13 (trixie): Debian 12's (2022-12) fails statx inside the sandbox
 # (`ls -l` gets EINVAL) and runs on the slow ptrace platform. Debian 13's is one static binary
