@@ -162,6 +162,8 @@ const char *fmt_bytes(uint64_t n, char buf[static CLI_FMT_MAX]);
 const char *fmt_duration_ms(int64_t ms, char buf[static CLI_FMT_MAX]);
 /* "READY" for SANDBOX_STATUS_READY. */
 const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FMT_MAX]);
+/* "ALLOWLIST" for EGRESS_MODE_ALLOWLIST. */
+const char *fmt_egress(Compute__V1__EgressMode egress, char buf[static CLI_FMT_MAX]);
 
 /* A copy of s (malloc'd; "" for NULL) with control characters as '?': text from the server
  * shown on a terminal never carries escape sequences. */
@@ -172,6 +174,13 @@ void fmt_printable_inplace(char *s); /* the same, in place */
 void print_kv(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The seven usage fields as aligned lines (NULL: all zero). */
 void print_usage_text(const Common__V1__UsageMetrics *u);
+/* A network policy's "key: value" lines: egress, then allow_domains and allow_cidrs (each
+ * one line, space-separated) when not empty. Nothing for NULL (a server from before
+ * policies). */
+void print_network_text(const Compute__V1__NetworkSpec *n);
+/* The policy as a JSON object value {"egress", "allow_domains", "allow_cidrs"}; null for
+ * NULL. */
+void cli_json_network(cli_json_writer *j, const Compute__V1__NetworkSpec *n);
 /* The seven usage fields as a JSON object value. */
 void cli_json_usage(cli_json_writer *j, const Common__V1__UsageMetrics *u);
 /* A timestamp member: RFC 3339 as fmt_timestamp(), null when unset. */

@@ -157,6 +157,8 @@ static void json_row(cli_json_writer *j, const Compute__V1__SandboxSummary *s)
         } else {
                 cli_json_null(j);
         }
+        cli_json_key(j, "network");
+        cli_json_network(j, s->network);
         cli_json_key(j, "usage");
         cli_json_usage(j, s->current_usage);
         cli_json_object_end(j);
@@ -267,11 +269,13 @@ const cli_command cli_cmd_list = {
                 "Oldest first, DESTROYED ones included during their grace window (filter with\n"
                 "--status). Text: a table of SANDBOX ID, STATUS, CREATED (UTC), UPTIME, CPU_MS,\n"
                 "MEM_PEAK, SESSION and REASON ('-' when none); a last line '(truncated at\n"
-                "--limit N)' when more sandboxes exist than --limit.\n"
+                "--limit N)' when more sandboxes exist than --limit. The network policy is in\n"
+                "--json only (and in describe).\n"
                 "--json: {\"sandboxes\": [{\"sandbox_id\", \"tenant_id\", \"session_id\",\n"
                 "\"status\", \"status_reason\", \"created_at\", \"destroyed_at\", \"uptime_ms\",\n"
                 "\"limits\": {\"cpu_millis\", \"memory_bytes\", \"max_runtime_ms\"} or null,\n"
-                "\"usage\": {\"cpu_ms\", ...}}], \"truncated\"}.\n",
+                "\"network\": {\"egress\", \"allow_domains\", \"allow_cidrs\"}, \"usage\":\n"
+                "{\"cpu_ms\", ...}}], \"truncated\"}.\n",
         .options = list_options,
         .n_options = ARRAY_SIZE(list_options),
         .run = run_list,

@@ -1,6 +1,7 @@
 /* create, describe, destroy: the sandbox lifecycle. */
 #include <inttypes.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 #include "pbconv.h"
@@ -46,6 +47,9 @@ enum {
         CREATE_MOUNT_PATH,
         CREATE_SIZE,
         CREATE_STORAGE_CLASS,
+        CREATE_EGRESS,
+        CREATE_ALLOW_DOMAIN,
+        CREATE_ALLOW_CIDR,
 };
 
 static const cli_option create_options[] = {
@@ -65,6 +69,17 @@ static const cli_option create_options[] = {
           "Workspace volume capacity, e.g. 5Gi (Kubernetes mode). Default: the server's." },
         { CREATE_STORAGE_CLASS, "storage-class", 0, "NAME",
           "Workspace StorageClass (Kubernetes mode). Default: the server's." },
+        { CREATE_EGRESS, "egress", 0, "MODE",
+          "What the sandbox may reach outside its node: none (loopback only), allowlist "
+          "(--allow-domain and --allow-cidr only) or open (anything but the always-denied "
+          "ranges). Default: the node's (none unless its operator chose otherwise); allowlist "
+          "when --allow-domain or --allow-cidr is given." },
+        { CREATE_ALLOW_DOMAIN, "allow-domain", 0, "NAME",
+          "A name the sandbox may resolve and connect to (repeatable, at most 256): exact "
+          "(pypi.org), or '*.' and a domain for every name below it (*.pythonhosted.org)." },
+        { CREATE_ALLOW_CIDR, "allow-cidr", 0, "CIDR",
+          "An IPv4 or IPv6 network the sandbox may connect to (repeatable, at most 256), "
+          "e.g. 203.0.113.0/24; an address alone is a /32 or /128." },
 };
 
 typedef struct create_state {
@@ -73,8 +88,42 @@ typedef struct create_state {
         Compute__V1__WorkspaceSpec ws;
         Compute__V1__ResourceLimits limits;
         Google__Protobuf__Duration max_runtime;
-        bool has_ws, has_limits;
+        Compute__V1__NetworkSpec network;
+        size_t cap_domains, cap_cidrs;
+        bool has_ws, has_limits, has_egress;
 } create_state;
+
+/* The lists' arrays (their strings are argv's). */
+static void create_state_clear(create_state *s)
+{
+        free(s->network.allow_domains);
+        free(s->network.allow_cidrs);
+}
+
+/* none, allowlist or open, in any case, with or without the EGRESS_MODE_ prefix (as the
+ * enum's names, which describe prints). */
+static int parse_egress(const cli_command *cmd, const char *text, Compute__V1__EgressMode *ret)
+{
+        static const char *const names[] = { "none", "allowlist", "open" };
+        const char *name = text;
+
+        if (strncasecmp(name, "EGRESS_MODE_", 12) == 0)
+                name += 12;
+        for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+                if (strcasecmp(name, names[i]) == 0) {
+                        *ret = (Compute__V1__EgressMode)cs_egress_from_name(names[i]);
+                        return 0;
+                }
+        }
+        return cli_usage_error(cmd, "--egress: '%s' is not one of none, allowlist, open", text);
+}
+
+/* One more entry of a repeatable option's list. */
+static void list_add(char ***v, size_t *n, size_t *cap, const char *value)
+{
+        *v = cs_xgrow(*v, *n, cap, sizeof(**v));
+        (*v)[(*n)++] = (char *)value;
+}
 
 static int on_create_option(void *state, int id, const char *value)
 {
@@ -122,6 +171,16 @@ static int on_create_option(void *state, int id, const char *value)
                 s->ws.storage_class = (char *)value;
                 s->has_ws = true;
                 return 0;
+        case CREATE_EGRESS:
+                s->has_egress = true;
+                return parse_egress(s->cmd, value, &s->network.egress);
+        case CREATE_ALLOW_DOMAIN:
+                list_add(&s->network.allow_domains, &s->network.n_allow_domains, &s->cap_domains,
+                         value);
+                return 0;
+        case CREATE_ALLOW_CIDR:
+                list_add(&s->network.allow_cidrs, &s->network.n_allow_cidrs, &s->cap_cidrs, value);
+                return 0;
         }
         return cli_usage_error(s->cmd, "internal error: option %d", id);
 }
@@ -145,12 +204,13 @@ static int create_print(const cli_ctx *ctx, const Compute__V1__CreateSandboxResp
 
 static int run_create(cli_ctx *ctx, const cli_command *cmd, int argc, char **argv)
 {
-        create_state s = {
+        _cleanup_(create_state_clear) create_state s = {
                 .cmd = cmd,
                 .req = COMPUTE__V1__CREATE_SANDBOX_REQUEST__INIT,
                 .ws = COMPUTE__V1__WORKSPACE_SPEC__INIT,
                 .limits = COMPUTE__V1__RESOURCE_LIMITS__INIT,
                 .max_runtime = GOOGLE__PROTOBUF__DURATION__INIT,
+                .network = COMPUTE__V1__NETWORK_SPEC__INIT,
         };
         _cleanup_error_ cs_error *err = NULL;
         _cleanup_msg_ ProtobufCMessage *resp = NULL;
@@ -178,6 +238,14 @@ static int run_create(cli_ctx *ctx, const cli_command *cmd, int argc, char **arg
                 s.req.workspace = &s.ws;
         if (s.has_limits)
                 s.req.limits = &s.limits;
+        /* The lists are allowlist's: given alone, they ask for it. The entries are the
+         * server's to check (it names the one at fault). */
+        if (!s.has_egress && (s.network.n_allow_domains || s.network.n_allow_cidrs)) {
+                s.network.egress = COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_ALLOWLIST;
+                s.has_egress = true;
+        }
+        if (s.has_egress)
+                s.req.network = &s.network;
 
         if (cli_unary(ctx, CLI_METHOD("CreateSandbox"), &s.req.base,
                       &compute__v1__create_sandbox_response__descriptor, &resp, &err) < 0)
@@ -190,7 +258,12 @@ const cli_command cli_cmd_create = {
         .args = "--tenant ID --session ID",
         .summary = "Create a sandbox for a session and print its id.",
         .details = "Prints the sandbox id (the sandbox starts asynchronously: exec waits for it).\n"
-                   "--json: {\"sandbox_id\", \"status\", \"created_at\"}.\n",
+                   "--json: {\"sandbox_id\", \"status\", \"created_at\"}.\n"
+                   "Network (docs/api.md, \"Network\"): e.g. --egress allowlist --allow-domain\n"
+                   "pypi.org --allow-domain '*.pythonhosted.org' --allow-cidr 203.0.113.0/24.\n"
+                   "Under allowlist, other names are answered REFUSED by the node's resolver.\n"
+                   "Kubernetes mode has no sandbox network yet: allowlist and open are refused\n"
+                   "(FAILED_PRECONDITION).\n",
         .options = create_options,
         .n_options = ARRAY_SIZE(create_options),
         .run = run_create,
@@ -214,6 +287,7 @@ static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandbox
                 }
                 print_kv("created_at", "%s", fmt_timestamp(resp->created_at, b));
                 print_kv("uptime", "%s", fmt_duration_ms(up, b));
+                print_network_text(resp->network);
                 print_usage_text(resp->current_usage);
                 return CLI_EXIT_OK;
         }
@@ -223,6 +297,8 @@ static int describe_print(const cli_ctx *ctx, const Compute__V1__DescribeSandbox
         cli_json_kv_string(&j, "status_reason", resp->status_reason);
         cli_json_kv_timestamp(&j, "created_at", resp->created_at);
         cli_json_kv_i64(&j, "uptime_ms", up);
+        cli_json_key(&j, "network");
+        cli_json_network(&j, resp->network);
         cli_json_key(&j, "usage");
         cli_json_usage(&j, resp->current_usage);
         cli_json_object_end(&j);
@@ -250,11 +326,14 @@ static int run_describe(cli_ctx *ctx, const cli_command *cmd, int argc, char **a
 const cli_command cli_cmd_describe = {
         .name = "describe",
         .args = "ID",
-        .summary = "Show a sandbox's status, creation time, uptime and usage.",
+        .summary = "Show a sandbox's status, creation time, uptime, network and usage.",
         .details = "Text: aligned 'key: value' lines; a status_reason line says why a sandbox\n"
-                   "is FAILED or still STARTING, when the server says.\n"
+                   "is FAILED or still STARTING, when the server says; egress is the policy in\n"
+                   "force (NONE, ALLOWLIST or OPEN), followed by allow_domains and allow_cidrs\n"
+                   "lines (space-separated) when it has entries.\n"
                    "--json: {\"sandbox_id\", \"status\", \"status_reason\" (\"\" when none),\n"
-                   "\"created_at\", \"uptime_ms\", \"usage\": {\"cpu_ms\", ...}}.\n",
+                   "\"created_at\", \"uptime_ms\", \"network\": {\"egress\", \"allow_domains\",\n"
+                   "\"allow_cidrs\"}, \"usage\": {\"cpu_ms\", ...}}.\n",
         .run = run_describe,
 };
 

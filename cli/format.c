@@ -96,6 +96,23 @@ const char *fmt_status(Compute__V1__SandboxStatus status, char buf[static CLI_FM
         return buf;
 }
 
+const char *fmt_egress(Compute__V1__EgressMode egress, char buf[static CLI_FMT_MAX])
+{
+        switch (egress) {
+        case COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_UNSPECIFIED:
+                return "UNSPECIFIED";
+        case COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_NONE:
+                return "NONE";
+        case COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_ALLOWLIST:
+                return "ALLOWLIST";
+        case COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_OPEN:
+                return "OPEN";
+        default:
+                snprintf(buf, CLI_FMT_MAX, "UNKNOWN(%d)", (int)egress);
+                return buf;
+        }
+}
+
 void fmt_printable_inplace(char *s)
 {
         for (unsigned char *p = (unsigned char *)s; *p; p++) {
@@ -149,6 +166,58 @@ void print_usage_text(const Common__V1__UsageMetrics *u)
         print_kv_bytes("disk_write_bytes", u->disk_write_bytes);
         print_kv_bytes("network_egress_bytes", u->network_egress_bytes);
         print_kv_bytes("network_ingress_bytes", u->network_ingress_bytes);
+}
+
+/* One line of the entries of a list, space-separated (the server's text, made printable). */
+static void print_kv_list(const char *key, char *const *v, size_t n)
+{
+        _cleanup_free_ char *line = NULL;
+        size_t len = 0, cap = 0;
+
+        if (n == 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                if (i > 0)
+                        cs_text_append(&line, &len, &cap, " ", 1);
+                cs_text_append(&line, &len, &cap, v[i], strlen(v[i]));
+        }
+        fmt_printable_inplace(line);
+        print_kv(key, "%s", line);
+}
+
+void print_network_text(const Compute__V1__NetworkSpec *n)
+{
+        char b[CLI_FMT_MAX];
+
+        if (!n)
+                return;
+        print_kv("egress", "%s", fmt_egress(n->egress, b));
+        print_kv_list("allow_domains", n->allow_domains, n->n_allow_domains);
+        print_kv_list("allow_cidrs", n->allow_cidrs, n->n_allow_cidrs);
+}
+
+static void json_string_array(cli_json_writer *j, const char *key, char *const *v, size_t n)
+{
+        cli_json_key(j, key);
+        cli_json_array_begin(j);
+        for (size_t i = 0; i < n; i++)
+                cli_json_string(j, v[i]);
+        cli_json_array_end(j);
+}
+
+void cli_json_network(cli_json_writer *j, const Compute__V1__NetworkSpec *n)
+{
+        char b[CLI_FMT_MAX];
+
+        if (!n) {
+                cli_json_null(j);
+                return;
+        }
+        cli_json_object_begin(j);
+        cli_json_kv_string(j, "egress", fmt_egress(n->egress, b));
+        json_string_array(j, "allow_domains", n->allow_domains, n->n_allow_domains);
+        json_string_array(j, "allow_cidrs", n->allow_cidrs, n->n_allow_cidrs);
+        cli_json_object_end(j);
 }
 
 void cli_json_usage(cli_json_writer *j, const Common__V1__UsageMetrics *u)

@@ -458,6 +458,13 @@ int kobj_spec_normalise(const char *default_storage_class, const char *default_s
                 .memory_bytes = in->memory_bytes ?: CS_DEFAULT_MEMORY,
                 .max_runtime_ms = in->max_runtime_ms ?: CS_DEFAULT_RUNTIME_MS,
         };
+        /* The pods keep their deny-all NetworkPolicy (deploy/networkpolicy.yaml): sandbox
+         * networking is built for local mode only so far. */
+        if (in->egress == CS_EGRESS_ALLOWLIST || in->egress == CS_EGRESS_OPEN)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "egress %s is not available in kube mode yet: pods have no "
+                                    "network (docs/api.md, Network)",
+                                    cs_egress_name(in->egress));
         if (!out->image[0])
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "image is empty and the frontend has no default "

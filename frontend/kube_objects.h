@@ -83,7 +83,8 @@ void kobj_pod_name(const char *tenant, const char *session, char ret[static KOBJ
 
 /* in with the defaults filled in (the sandbox_limits.h ones, and default_storage_class and
  * default_size for the workspace), checked as the node agent checks it in local mode:
- * INVALID_ARGUMENT saying which field, rather than the API server's 422. */
+ * INVALID_ARGUMENT saying which field, rather than the API server's 422. Egress allowlist or
+ * open: FAILED_PRECONDITION (kube mode's pods have no network yet). */
 int kobj_spec_normalise(const char *default_storage_class, const char *default_size,
                         const fe_spec *in, kobj_spec *out, cs_error **err);
 

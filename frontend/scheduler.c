@@ -61,6 +61,7 @@ void fe_view_clear(fe_view *v)
         free(v->reason);
         free(v->tenant_id);
         free(v->session_id);
+        cs_netpolicy_clear(&v->network);
         memset(v, 0, sizeof(*v));
 }
 

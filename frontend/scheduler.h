@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "netpolicy.h"
 #include "path.h"
 #include "rpc.h"
 #include "sandbox_limits.h"
@@ -32,6 +33,13 @@ typedef struct fe_spec {
         uint32_t cpu_millis;
         uint64_t memory_bytes;
         int64_t max_runtime_ms;
+        /* NetworkSpec as the request gives it, checked by fe_service_create (cs_netpolicy_parse);
+         * the node agent parses it again. UNSPECIFIED: the node's default. */
+        cs_egress egress;
+        const char *const *allow_domains;
+        size_t n_allow_domains;
+        const char *const *allow_cidrs;
+        size_t n_allow_cidrs;
 } fe_spec;
 
 /* A sandbox as the frontend answers about it. The strings are owned (free with
@@ -49,6 +57,9 @@ typedef struct fe_view {
         uint32_t cpu_millis;
         uint64_t memory_bytes;
         int64_t max_runtime_ms;
+        /* The network policy in force. Egress UNSPECIFIED: none reported, which means no
+         * network (kube mode's pods; an agent from before egress policies). */
+        cs_netpolicy network;
 } fe_view;
 
 void fe_view_clear(fe_view *v);

@@ -110,6 +110,10 @@ static void view_from_info(const Nodeagent__V1__SandboxInfo *in, fe_view *ret)
         ret->cpu_millis = in->cpu_millis;
         ret->memory_bytes = in->memory_bytes;
         ret->max_runtime_ms = pb_duration_ms(in->max_runtime);
+        /* Checked as a request is. One this frontend cannot read (a newer agent's) keeps its
+         * mode, without the lists. */
+        if (pb_network_read(in->network, &ret->network, NULL) < 0)
+                ret->network.egress = (cs_egress)in->network->egress;
 }
 
 /* --- the map --------------------------------------------------------------------------- */
@@ -358,8 +362,9 @@ static unsigned session_hash(const char *tenant, const char *session)
 }
 
 /* Whether spec is the agents' default profile, the one their warm pools hold: no image, no
- * limits, no workspace settings other than the defaults. (An agent also takes a request that
- * names its default image from its pool; the frontend does not know that name.) */
+ * limits, no workspace settings other than the defaults, the node's default network. (An
+ * agent also takes a request that names its default image from its pool; the frontend does
+ * not know that name, nor the agents' --egress-default.) */
 static bool spec_default_profile(const fe_spec *spec)
 {
         uint64_t size = 0, dflt = 0;
@@ -372,7 +377,8 @@ static bool spec_default_profile(const fe_spec *spec)
                (cs_isempty(spec->mount_path) ||
                 strcmp(spec->mount_path, CS_DEFAULT_MOUNT_PATH) == 0) &&
                (!spec->cpu_millis || spec->cpu_millis == CS_DEFAULT_CPU_MILLIS) &&
-               (!spec->memory_bytes || spec->memory_bytes == CS_DEFAULT_MEMORY);
+               (!spec->memory_bytes || spec->memory_bytes == CS_DEFAULT_MEMORY) &&
+               spec->egress == CS_EGRESS_UNSPECIFIED;
 }
 
 /* Whether agent a is a better place than agent b (-1: none yet): a healthy agent before one
@@ -420,6 +426,7 @@ static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, 
         Nodeagent__V1__CreateSandboxRequest req = NODEAGENT__V1__CREATE_SANDBOX_REQUEST__INIT;
         Nodeagent__V1__CreateSandboxResponse *resp = NULL;
         Google__Protobuf__Duration max_runtime = GOOGLE__PROTOBUF__DURATION__INIT;
+        Compute__V1__NetworkSpec network = COMPUTE__V1__NETWORK_SPEC__INIT;
 
         req.sandbox_id = (char *)id;
         req.tenant_id = (char *)spec->tenant_id;
@@ -438,6 +445,15 @@ static int agent_create(local *l, int idx, const char *id, const fe_spec *spec, 
                 max_runtime.seconds = spec->max_runtime_ms / 1000;
                 max_runtime.nanos = (int32_t)(spec->max_runtime_ms % 1000) * 1000000;
                 req.max_runtime = &max_runtime;
+        }
+        /* As the request gave it (checked by service_core.c): the agent checks it again. */
+        if (spec->egress || spec->n_allow_domains || spec->n_allow_cidrs) {
+                network.egress = (Compute__V1__EgressMode)spec->egress;
+                network.allow_domains = (char **)spec->allow_domains;
+                network.n_allow_domains = spec->n_allow_domains;
+                network.allow_cidrs = (char **)spec->allow_cidrs;
+                network.n_allow_cidrs = spec->n_allow_cidrs;
+                req.network = &network;
         }
         if (agent_call(l, idx, NA("CreateSandbox"), &req.base,
                        &nodeagent__v1__create_sandbox_response__descriptor, ctx,

@@ -80,6 +80,7 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         Compute__V1__CreateSandboxResponse *resp = (void *)resp_msg;
         const Compute__V1__WorkspaceSpec *ws = req->workspace;
         const Compute__V1__ResourceLimits *lim = req->limits;
+        const Compute__V1__NetworkSpec *net = req->network;
         fe_ctx ctx = fe_ctx_from_call(call);
         fe_view v = { 0 };
         fe_spec spec = {
@@ -92,6 +93,11 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
                 .cpu_millis = lim ? lim->cpu_millis : 0,
                 .memory_bytes = lim ? lim->memory_bytes : 0,
                 .max_runtime_ms = lim ? pb_duration_ms(lim->max_runtime) : 0,
+                .egress = net ? (cs_egress)net->egress : CS_EGRESS_UNSPECIFIED,
+                .allow_domains = net ? (const char *const *)net->allow_domains : NULL,
+                .n_allow_domains = net ? net->n_allow_domains : 0,
+                .allow_cidrs = net ? (const char *const *)net->allow_cidrs : NULL,
+                .n_allow_cidrs = net ? net->n_allow_cidrs : 0,
         };
 
         (void)userdata;
@@ -124,6 +130,7 @@ static int h_describe(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufC
         resp->current_uptime = pb_duration(call, fe_view_uptime_ms(&v, cs_now_realtime_ms()));
         resp->current_usage = pb_usage(call, &v.usage);
         resp->status_reason = rpc_call_strdup(call, v.reason ?: "");
+        resp->network = pb_network(call, &v.network);
         fe_view_clear(&v);
         return 0;
 }
@@ -143,6 +150,7 @@ static Compute__V1__SandboxSummary *summary_of(rpc_call *call, const fe_view *v,
         m->current_uptime = pb_duration(call, fe_view_uptime_ms(v, now_ms));
         m->current_usage = pb_usage(call, &v->usage);
         m->destroyed_at = pb_timestamp(call, v->destroyed_at_ms);
+        m->network = pb_network(call, &v->network);
         if (v->cpu_millis || v->memory_bytes || v->max_runtime_ms) {
                 Compute__V1__ResourceLimits *lim = rpc_call_alloc(call, sizeof(*lim));
 

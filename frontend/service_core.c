@@ -46,6 +46,18 @@ static int check_id(const char *name, const char *v, cs_error **err)
         return 0;
 }
 
+/* NetworkSpec: the checks of cs_netpolicy_parse (INVALID_ARGUMENT naming the entry). */
+static int check_network(const fe_spec *spec, cs_error **err)
+{
+        cs_netpolicy p;
+
+        if (cs_netpolicy_parse(spec->egress, spec->allow_domains, spec->n_allow_domains,
+                               spec->allow_cidrs, spec->n_allow_cidrs, &p, err) < 0)
+                return -1;
+        cs_netpolicy_clear(&p);
+        return 0;
+}
+
 /* WorkspaceSpec.size, when set: a quantity within the bounds of sandbox_limits.h. */
 static int check_workspace_size(const char *size, cs_error **err)
 {
@@ -148,7 +160,7 @@ int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe
                 rpc_call_add_log_field(ctx->parent, CS_LOG_STR("session", spec->session_id));
         if (check_id("tenant_id", spec->tenant_id, err) < 0 ||
             check_id("session_id", spec->session_id, err) < 0 ||
-            check_workspace_size(spec->size, err) < 0)
+            check_workspace_size(spec->size, err) < 0 || check_network(spec, err) < 0)
                 return -1;
         if (spec->max_runtime_ms < 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,

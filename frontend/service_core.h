@@ -25,8 +25,8 @@
 #include "service.h"
 
 /* CreateSandbox: tenant_id and session_id checked (1..CS_ID_MAX printable ASCII, no
- * spaces), max_runtime not negative, an empty image replaced by svc->default_image; then
- * the scheduler's create. */
+ * spaces), the workspace size, the network (cs_netpolicy_parse), max_runtime not negative, an
+ * empty image replaced by svc->default_image; then the scheduler's create. */
 int fe_service_create(const frontend_service *svc, const fe_spec *spec, const fe_ctx *ctx,
                       fe_view *ret, cs_error **err);
 

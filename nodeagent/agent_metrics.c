@@ -59,6 +59,7 @@ enum {
         M_DISK_W,
         M_NET_RX,
         M_NET_TX,
+        M_NET_DENIED,
         M_UPTIME,
         M_STATUS,
         M_N
@@ -80,6 +81,9 @@ static const struct {
                        "Bytes the sandbox received over its network." },
         [M_NET_TX] = { "compute_sandbox_network_transmit_bytes_total", "counter",
                        "Bytes the sandbox sent over its network." },
+        [M_NET_DENIED] = { "compute_sandbox_egress_denied_packets_total", "counter",
+                           "Packets of the sandbox its network policy dropped (local mode's "
+                           "sandbox network; docs/security.md, \"Network\")." },
         [M_UPTIME] = { "compute_sandbox_uptime_seconds", "gauge",
                        "Seconds since the sandbox was created (until it was destroyed)." },
         [M_STATUS] = { "compute_sandbox_status", "gauge",
@@ -173,6 +177,10 @@ static void write_sandboxes(cs_mpage *p, source *src)
                         case M_NET_TX:
                                 cs_mpage_sample_u64(p, families[m].name, labels,
                                                     u->network_egress_bytes);
+                                break;
+                        case M_NET_DENIED:
+                                cs_mpage_sample_u64(p, families[m].name, labels,
+                                                    in->net_dropped_packets);
                                 break;
                         case M_UPTIME:
                                 cs_mpage_sample(p, families[m].name, labels,

@@ -31,7 +31,10 @@
 #include "cgroup.h"
 #include "config.h"
 #include "runtime.h"
+#include "net.h"
+#include "netlink.h"
 #include "util.h"
+#include "uuid.h"
 #include "volume.h"
 
 #define PROG "compute-nodeagent cleanup"
@@ -66,7 +69,7 @@ int state_dir_lock(const char *path, bool create, cs_error **err)
         return fd;
 }
 
-static char *state_dir, *runsc_path, *runsc_root, *cgroup_root, *cgroup_parent;
+static char *state_dir, *runsc_path, *runsc_root, *cgroup_root, *cgroup_parent, *nft_table;
 static bool delete_data;
 
 static const cs_option options[] = {
@@ -84,6 +87,10 @@ static const cs_option options[] = {
         { "cgroup-parent", "COMPUTE_CGROUP_PARENT", CS_OPT_STRING, NA_CGROUP_PARENT_DEFAULT,
           "The agent's parent cgroup: it and every cgroup beneath it go (not \"/\").",
           &cgroup_parent, 0, 0 },
+        { "nft-table", "COMPUTE_NFT_TABLE", CS_OPT_STRING, "compute",
+          "The agent's nftables table (family inet): removed, with the host ends of its "
+          "sandboxes' veth pairs (sandbox networking, docs/security.md \"Network\").",
+          &nft_table, 0, 0 },
         { "delete-data", NULL, CS_OPT_BOOL, "off",
           "Also delete the sandboxes' records, workspaces and volume images (STATE_DIR/"
           "sandboxes, workspaces, volumes, runsc, run): every workspace is lost. Images "
@@ -106,7 +113,7 @@ static const cs_program program = {
 typedef struct cleanup {
         char *state; /* canonical state directory */
         char *root;  /* runsc root as given */
-        unsigned containers, processes, mounts, loops, cgroups, dirs;
+        unsigned containers, processes, mounts, loops, cgroups, dirs, links, tables;
         unsigned failures;
 } cleanup;
 
@@ -477,6 +484,36 @@ static void delete_all_data(cleanup *c)
 
 /* --- main ------------------------------------------------------------------------------ */
 
+/* Sandbox networking: the host end of each recorded sandbox's veth (its peer and the
+ * namespace go with it and the namespace file's mount, unmount_all), then the table. */
+static void remove_network(cleanup *c)
+{
+        _cleanup_free_ char *dir = cs_xasprintf("%s/sandboxes", c->state);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        cs_error *err = NULL;
+        bool removed = false;
+
+        while (d && (e = readdir(d))) {
+                char link[16];
+                if (!cs_uuid_valid(e->d_name))
+                        continue;
+                na_net_link_name(e->d_name, link);
+                if (!nl_link_exists(link))
+                        continue;
+                if (nl_link_delete(link, &err) < 0)
+                        failed_err(c, err), err = NULL;
+                else
+                        c->links++;
+        }
+        if (d)
+                closedir(d);
+        if (na_net_table_remove(nft_table, &removed, &err) < 0)
+                failed_err(c, err);
+        else if (removed)
+                c->tables++;
+}
+
 static int usage_error(const char *msg)
 {
         fprintf(stderr, "%s: %s (see --help)\n", PROG, msg);
@@ -519,12 +556,11 @@ static int run(void)
         unmount_all(&c);
         detach_loops(&c);
         remove_cgroups(&c);
+        remove_network(&c);
         if (delete_data && lock >= 0)
                 delete_all_data(&c);
 
-        if (!(c.containers | c.processes | c.mounts | c.loops | c.cgroups | c.dirs))
-                printf("nothing to do\n");
-        else
+        if (c.containers | c.processes | c.mounts | c.loops | c.cgroups | c.dirs)
                 printf("%u container%s stopped, %u runsc process%s killed, %u mount%s "
                        "unmounted, %u loop device%s detached, %u cgroup%s removed, %u "
                        "director%s deleted\n",
@@ -532,6 +568,12 @@ static int run(void)
                        c.processes == 1 ? "" : "es", c.mounts, c.mounts == 1 ? "" : "s", c.loops,
                        c.loops == 1 ? "" : "s", c.cgroups, c.cgroups == 1 ? "" : "s", c.dirs,
                        c.dirs == 1 ? "y" : "ies");
+        if (c.links | c.tables)
+                printf("%u network link%s deleted, %u nftables table%s removed\n", c.links,
+                       c.links == 1 ? "" : "s", c.tables, c.tables == 1 ? "" : "s");
+        if (!(c.containers | c.processes | c.mounts | c.loops | c.cgroups | c.dirs | c.links |
+              c.tables))
+                printf("nothing to do\n");
         if (c.failures)
                 fprintf(stderr, "%s: %u thing%s could not be removed\n", PROG, c.failures,
                         c.failures == 1 ? "" : "s");

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -25,6 +26,9 @@
 #include "exec.h"
 #include "image_cmd.h"
 #include "kube.h"
+#include "dns_proxy.h"
+#include "net.h"
+#include "netlink.h"
 #include "privs.h"
 #include "proc.h"
 #include "runtime.h"
@@ -44,7 +48,8 @@ static char *cgroup_root, *cgroup_parent, *node_name, *mode, *container_name, *h
 static char *pod_namespaces, *volume_root, *listen_group, *capabilities;
 static int64_t grace_s, sample_ms, max_sandboxes, max_parallel_starts, max_processes, warm_pool;
 static int64_t cpu_overcommit_pct, memory_overcommit_pct, session_idle_s;
-static bool workspace_volumes, spawner_on;
+static bool workspace_volumes, spawner_on, sandbox_network;
+static char *sandbox_subnet, *egress_uplink, *upstream_dns, *egress_default, *nft_table;
 static char *spawner_binary;
 
 /* What the agent keeps by default: measured (docs/security.md, "Privileges"). */
@@ -108,9 +113,40 @@ static const cs_option options[] = {
           "runsc --platform (ptrace, kvm, systrap); empty: runsc's default.", &runsc_platform, 0,
           0 },
         { "runsc-network", "COMPUTE_RUNSC_NETWORK", CS_OPT_STRING, "none",
-          "runsc --network. Local mode: none only (no network at all; sandbox and host are "
-          "refused: they give a local sandbox no network and fail its start).",
+          "runsc --network of sandboxes without a network. Local mode: none only (a sandbox "
+          "with a network policy gets runsc's sandbox network in a namespace of the agent's: "
+          "--sandbox-network).",
           &runsc_network, 0, 0 },
+        { "sandbox-network", "COMPUTE_SANDBOX_NETWORK", CS_OPT_BOOL, "on",
+          "Local mode: sandboxes may have a network (CreateSandbox's network: egress allowlist "
+          "or open): each such sandbox gets a network namespace, a veth pair to the host, an "
+          "address of --sandbox-subnet and the rules of an nftables table (docs/security.md, "
+          "\"Network\"). The agent then keeps net_admin, net_raw and net_bind_service too. "
+          "off: every sandbox has loopback only and a create asking for more is "
+          "FAILED_PRECONDITION.",
+          &sandbox_network, 0, 0 },
+        { "sandbox-subnet", "COMPUTE_SANDBOX_SUBNET", CS_OPT_STRING, "10.77.0.0/16",
+          "Local mode: the IPv4 range sandboxes' addresses come from (a /30 per networked "
+          "sandbox: a /16 holds 16384). The agent refuses to start when it overlaps a route "
+          "of the host.",
+          &sandbox_subnet, 0, 0 },
+        { "egress-uplink", "COMPUTE_EGRESS_UPLINK", CS_OPT_STRING, "",
+          "Local mode: the interface sandboxes' traffic leaves by, masqueraded as its "
+          "address; nothing of theirs is forwarded to any other. Empty: the interface of the "
+          "host's default route.",
+          &egress_uplink, 0, 0 },
+        { "upstream-dns", "COMPUTE_UPSTREAM_DNS", CS_OPT_STRING, "",
+          "Local mode: the resolvers the agent's sandbox resolver asks (comma-separated IPv4 "
+          "or IPv6 addresses, port 53). Empty: the nameservers of the host's /etc/resolv.conf.",
+          &upstream_dns, 0, 0 },
+        { "egress-default", "COMPUTE_EGRESS_DEFAULT", CS_OPT_STRING, "none",
+          "Local mode: the egress of a sandbox whose CreateSandbox names none: none (loopback "
+          "only) or open (anything but the always-denied ranges).",
+          &egress_default, 0, 0 },
+        { "nft-table", "COMPUTE_NFT_TABLE", CS_OPT_STRING, "compute",
+          "Local mode: the name of the agent's nftables table (family inet). Two agents on "
+          "one host need two names (and two --sandbox-subnet ranges).",
+          &nft_table, 0, 0 },
         { "cgroup-root", "COMPUTE_CGROUP_ROOT", CS_OPT_STRING, NA_CGROUP_ROOT_DEFAULT,
           "Where the cgroup hierarchy is mounted (v1 or v2, detected).", &cgroup_root, 0, 0 },
         { "cgroup-parent", "COMPUTE_CGROUP_PARENT", CS_OPT_STRING, NA_CGROUP_PARENT_DEFAULT,
@@ -203,6 +239,14 @@ static int agent_limit_capabilities(cs_error **err)
                 cs_error_prefix(err, "--capabilities");
                 return -1;
         }
+        /* Sandbox networking: namespaces, links, nftables (net_admin); runsc's netstack on
+         * a packet socket (net_raw); the sandboxes' resolver on port 53 (net_bind_service). */
+        if (sandbox_network && strcmp(mode, "local") == 0) {
+                uint64_t net;
+                if (cs_caps_parse("net_admin,net_raw,net_bind_service", &net, err) < 0)
+                        return -1;
+                keep |= net;
+        }
         if (cs_caps_limit(keep, &kept_mask, err) < 0)
                 return -1;
         kept = cs_caps_format(kept_mask);
@@ -238,6 +282,7 @@ typedef struct agent {
         source *src; /* where sandboxes come from: picked once, here */
         char *runtime_version;
         spawn_mgr *spawner;   /* the resident exec path's connections; NULL: off */
+        na_net *net;          /* local mode's sandbox networking; NULL: off */
         char *spawner_binary; /* compute-init, resolved */
         na_capacity capacity; /* the node's, read once: GetAgentInfo and admission control */
         char hostname[256];
@@ -321,6 +366,65 @@ static int spawner_open(agent *a, bool kube, cs_error **err)
         return 0;
 }
 
+/* Local mode's sandbox networking (--sandbox-network). */
+static int net_open(agent *a, cs_error **err)
+{
+        int def = cs_egress_from_name(egress_default);
+        na_net_config nc = { .subnet = sandbox_subnet,
+                             .uplink = egress_uplink,
+                             .table = nft_table,
+                             .upstream_dns = upstream_dns,
+                             .egress_default = (cs_egress)def };
+
+        if (def != CS_EGRESS_NONE && def != CS_EGRESS_OPEN)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--egress-default: '%s' is not none or open", egress_default);
+        if (!nft_table[0] ||
+            strspn(nft_table, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(nft_table) ||
+            strlen(nft_table) > 32)
+                return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "--nft-table: 1..32 of a-z, 0-9 and _");
+        if (!sandbox_network) {
+                if (def != CS_EGRESS_NONE)
+                        return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
+                                            "--egress-default %s needs --sandbox-network on",
+                                            egress_default);
+                log_info("sandbox network: off: every sandbox has loopback only");
+                return 0;
+        }
+        /* Left to their defaults, a host with no default route or no resolver in its
+         * resolv.conf has no sandbox network to give: off, said once, unless the default
+         * egress needs it. */
+        if (!egress_uplink[0] || !upstream_dns[0]) {
+                struct sockaddr_storage ups[1];
+                char ifname[IF_NAMESIZE];
+                size_t n = 0;
+                cs_error *why = NULL;
+                if ((!egress_uplink[0] && nl_default_route_if(ifname, sizeof(ifname), &why) < 0) ||
+                    (!upstream_dns[0] &&
+                     dns_read_resolv_conf("/etc/resolv.conf", ups, 1, &n, &why) < 0)) {
+                        if (def != CS_EGRESS_NONE) {
+                                cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                             "sandbox network: %s (set --egress-uplink and "
+                                             "--upstream-dns)",
+                                             why->msg);
+                                cs_error_free(why);
+                                return -1;
+                        }
+                        log_warn("sandbox network: off: %s (set --egress-uplink and "
+                                 "--upstream-dns, or --sandbox-network=off)",
+                                 why->msg);
+                        cs_error_free(why);
+                        return 0;
+                }
+        }
+        if (na_net_open(&nc, &a->net, err) < 0)
+                return cs_error_prefix(err, "sandbox network");
+        log_info("sandbox network: on: subnet %s, table inet %s, default egress %s", sandbox_subnet,
+                 nft_table, egress_default);
+        return 0;
+}
+
 static int agent_open(agent *a, cs_error **err)
 {
         _cleanup_free_ char *def_images = cs_xasprintf("%s/images", state_dir);
@@ -350,20 +454,16 @@ static int agent_open(agent *a, cs_error **err)
                                     "--warm-pool: in kube mode the pool is the frontend's "
                                     "--kube-warm-pool (use 0 here)");
 
-        /* Measured with runsc 20240729 (docs/security.md, "Network"): a local sandbox's
-         * bundle asks runsc for a network namespace of its own, which nothing fills, so
-         * neither of runsc's networks can give it more than loopback, and both fail: sandbox
-         * dies of the agent's seccomp filter (setns), and with setns allowed refuses ("cannot
-         * run with network enabled in root network namespace"); host fails in the gofer
-         * ("mounting root with overlay: input/output error"). Refused here, not at every
-         * CreateSandbox. */
+        /* Measured with runsc 20240729 (docs/security.md, "Network"): runsc's own networks
+         * cannot be given to every local sandbox at once: sandbox needs the network namespace
+         * the agent makes per sandbox (--sandbox-network), host fails in the gofer. */
         if (!kube && strcmp(runsc_network, "none") != 0)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "--runsc-network %s: in local mode a sandbox has a network "
-                                    "namespace of its own with nothing in it, so runsc's %s "
-                                    "network gives it no network and its start fails; none is "
-                                    "the only value that works (docs/security.md, \"Network\")",
-                                    runsc_network, runsc_network);
+                                    "--runsc-network %s: in local mode a sandbox's network is "
+                                    "its CreateSandbox's network policy (--sandbox-network); "
+                                    "none is the only value here (docs/security.md, "
+                                    "\"Network\")",
+                                    runsc_network);
         if (na_capacity_read("/proc/meminfo", "/sys/fs/cgroup/cpu.max", &a->capacity, err) < 0)
                 return -1;
         if (!kube && cpu_overcommit_pct && memory_overcommit_pct) {
@@ -388,8 +488,9 @@ static int agent_open(agent *a, cs_error **err)
                 log_info("kube mode: pods of namespaces %s under the runsc root %s, container "
                          "'%s', volumes under %s, host root '%s'",
                          pod_namespaces, rc.root, container_name, volume_root, host_root);
-        if (spawner_open(a, kube, err) < 0)
+        if (spawner_open(a, kube, err) < 0 || (!kube && net_open(a, err) < 0))
                 return -1;
+        sc.net = a->net;
         sc.spawner = a->spawner;
         sc.spawner_binary = a->spawner_binary;
         if (warm_pool) {
@@ -411,6 +512,7 @@ static void agent_close(agent *a)
          * drop and kill what they still run. */
         spawn_mgr_free(a->spawner);
         free(a->spawner_binary);
+        na_net_free(a->net);
         if (a->rt)
                 a->rt->ops->free(a->rt);
         cgroup_fs_free(&a->cg);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -79,6 +80,11 @@ CHILD_NO_SANITIZE static int child_exec(void *arg)
                         _exit(127);
         }
         syscall(SYS_close_range, 3, ~0U, 0);
+        if (a->opts->mask_proc_sys_net &&
+            (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
+             mount("none", "/proc/sys/net", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                   "size=4k,mode=555") < 0))
+                _exit(126);
         /* Without CLONE_SIGHAND the child has its own copy of the dispositions. */
         for (int sig = 1; sig < NSIG; sig++)
                 signal(sig, SIG_DFL);
@@ -288,10 +294,11 @@ static bool wait_end(pid_t pid, int64_t timeout_ms)
         }
 }
 
-int proc_run_detached(char *const argv[], int64_t timeout_ms, const char *log_path, cs_error **err)
+int proc_run_detached(char *const argv[], int64_t timeout_ms, const char *log_path,
+                      bool mask_proc_sys_net, cs_error **err)
 {
         _cleanup_close_ int log_fd = -1;
-        proc_spawn_opts opts = { .stdin_fd = -1 };
+        proc_spawn_opts opts = { .stdin_fd = -1, .mask_proc_sys_net = mask_proc_sys_net };
         bool ended;
         pid_t pid;
         int status;

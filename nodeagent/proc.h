@@ -20,6 +20,11 @@ typedef struct proc_spawn_opts {
         /* Kill the child when the thread that spawned it exits (PR_SET_PDEATHSIG). Only for
          * children that the spawning thread waits for itself. */
         bool die_with_parent;
+        /* Run it in a mount namespace of its own (a slave of the agent's) with an empty tmpfs
+         * over /proc/sys/net: runsc's sandbox network tells the host's network namespace by
+         * /proc/sys/net/core/rmem_default, which Linux 6.x shows in every namespace, and then
+         * refuses to start (gVisor issue 10704; docs/security.md, "Network"). */
+        bool mask_proc_sys_net;
 } proc_spawn_opts;
 
 /* Starts argv[0] (looked up in PATH when it has no '/'). */
@@ -36,7 +41,8 @@ int proc_run(char *const argv[], int64_t timeout_ms, char **ret_out, cs_error **
 /* For commands that leave daemons behind (runsc run -detach): stdout and stderr go to the file
  * log_path (appended), which the daemons may keep open, and only the command itself is waited
  * for (at most timeout_ms). A failure carries the log's last line. */
-int proc_run_detached(char *const argv[], int64_t timeout_ms, const char *log_path, cs_error **err);
+int proc_run_detached(char *const argv[], int64_t timeout_ms, const char *log_path,
+                      bool mask_proc_sys_net, cs_error **err);
 
 /* "exited 3", "killed by SIGKILL" ... for messages. buf holds at least 64 bytes. */
 const char *proc_status_str(int status, char *buf, size_t size);

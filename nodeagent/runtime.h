@@ -37,6 +37,12 @@ typedef struct rt_sandbox_spec {
          * mounts (runsc --host-uds=open): the one socket there is the agent's listener. */
         const char *init_binary;
         const char *spawner_dir;
+        /* A network of its own (net.h); NULL: the runtime's configured network (none). netns:
+         * the namespace file the sandbox joins (runsc --network=sandbox takes its veth's
+         * address and routes); resolv_conf: a host file bind-mounted read-only at
+         * /etc/resolv.conf. */
+        const char *netns;
+        const char *resolv_conf;
 } rt_sandbox_spec;
 
 #define RT_INIT_PATH   CS_SPAWNER_BIN

@@ -152,8 +152,15 @@ static json_t *bundle_config(const runsc *rs, const rt_sandbox_spec *s)
                 json_array_append_new(mounts,
                                       mount_json(RT_SPAWNER_DIR, "bind", s->spawner_dir, run_bind));
         }
+        if (s->netns && s->resolv_conf)
+                json_array_append_new(
+                        mounts, mount_json("/etc/resolv.conf", "bind", s->resolv_conf, run_bind));
+        /* With a network of its own: the network namespace is the one the agent made. */
         for (const char *const *n = ns; *n; n++)
-                json_array_append_new(namespaces, json_pack("{s:s}", "type", *n));
+                json_array_append_new(
+                        namespaces, strcmp(*n, "network") == 0 && s->netns
+                                            ? json_pack("{s:s, s:s}", "type", *n, "path", s->netns)
+                                            : json_pack("{s:s}", "type", *n));
         resources = json_pack("{s:{s:I, s:I}, s:{s:I}}", "cpu", "quota",
                               (json_int_t)s->cpu_millis * 100, "period", (json_int_t)100000,
                               "memory", "limit", (json_int_t)s->memory_bytes);
@@ -210,7 +217,8 @@ static int runsc_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid
 {
         runsc *rs = RUNSC(rt);
         json_t *config = bundle_config(rs, spec);
-        _cleanup_free_ char *network = cs_xasprintf("--network=%s", rs->network);
+        _cleanup_free_ char *network =
+                cs_xasprintf("--network=%s", spec->netns ? "sandbox" : rs->network);
         _cleanup_free_ char *pid_file = cs_xasprintf("%s/container.pid", spec->bundle_dir);
         int r;
 
@@ -248,7 +256,8 @@ static int runsc_create(runtime *rt, const rt_sandbox_spec *spec, pid_t *ret_pid
                 /* The sandbox's daemons inherit stdout/stderr: a file, not our pipes. */
                 runsc_argv(rs, argv, args);
                 unlink(pid_file);
-                if (proc_run_detached((char *const *)argv, rs->timeout_ms, log, err) < 0)
+                if (proc_run_detached((char *const *)argv, rs->timeout_ms, log, spec->netns != NULL,
+                                      err) < 0)
                         return -1;
                 return read_pid_file(pid_file, ret_pid, err);
         }

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "image.h"
+#include "net.h"
 #include "path.h"
 #include "quantity.h"
 #include "spawner_link.h"
@@ -62,6 +63,7 @@ void sandbox_free(sandbox *sb)
         free(sb->cgroup_path);
         free(sb->volume_image);
         free(sb->key);
+        cs_netpolicy_clear(&sb->net);
         free(sb);
 }
 
@@ -112,6 +114,7 @@ void sb_info_clear(sb_info *info)
         free(info->image);
         free(info->mount_path);
         free(info->status_message);
+        cs_netpolicy_clear(&info->network);
         memset(info, 0, sizeof(*info));
 }
 
@@ -132,6 +135,10 @@ void sandbox_info_fill_locked(const sandbox *sb, sb_info *ret)
         ret->destroyed_at_ms = sb->destroyed_at_ms;
         ret->delete_after_ms = sb->delete_after_ms;
         ret->usage = sb->frozen;
+        cs_netpolicy_copy(&ret->network, &sb->net);
+        if (ret->network.egress == CS_EGRESS_UNSPECIFIED)
+                ret->network.egress = CS_EGRESS_NONE; /* kube mode: pods have no network */
+        ret->net_dropped_packets = sb->net_dropped;
 }
 
 /* A snapshot with usage (live unless frozen). sb is referenced by the caller. */
@@ -210,6 +217,26 @@ static bool id_ok(const char *s)
         return s && s[0] && strlen(s) <= CS_ID_MAX;
 }
 
+/* The policies a spec that names none gets (--egress-default). */
+static const cs_netpolicy egress_none = { .egress = CS_EGRESS_NONE };
+static const cs_netpolicy egress_open = { .egress = CS_EGRESS_OPEN };
+
+/* out->network: the spec's policy, or the node's default; one this node cannot give is
+ * refused before anything is made. */
+static int network_resolve(sb_registry *reg, sb_spec *out, cs_error **err)
+{
+        cs_egress def = reg->cfg.net ? na_net_egress_default(reg->cfg.net) : CS_EGRESS_NONE;
+
+        if (!out->network || out->network->egress == CS_EGRESS_UNSPECIFIED)
+                out->network = def == CS_EGRESS_OPEN ? &egress_open : &egress_none;
+        if (out->network->egress != CS_EGRESS_NONE && !reg->cfg.net)
+                return cs_error_set(err, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "egress %s: this node has no sandbox network (its agent "
+                                    "runs with --sandbox-network=off)",
+                                    cs_egress_name(out->network->egress));
+        return 0;
+}
+
 int sandbox_spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, cs_error **err)
 {
         *out = *spec;
@@ -250,7 +277,7 @@ int sandbox_spec_validate(sb_registry *reg, const sb_spec *spec, sb_spec *out, c
             out->workspace_bytes > CS_MAX_WORKSPACE_BYTES)
                 return cs_error_set(err, GRPC_STATUS_INVALID_ARGUMENT,
                                     "workspace_bytes must be 16Mi..1Ti");
-        return 0;
+        return network_resolve(reg, out, err);
 }
 
 /* Volumes on and no loop device: refused before the sandbox is listed, so no FAILED sandbox
@@ -344,6 +371,27 @@ static void start_slot_give_locked(sb_registry *reg)
         pthread_cond_broadcast(&reg->cond);
 }
 
+/* A networked sandbox's network, made before its container (net.h): the namespace file and
+ * resolv.conf its bundle names (NULL, NULL without one). */
+static int sandbox_net_up(sb_registry *reg, sandbox *sb, char **ret_netns, char **ret_resolv,
+                          cs_error **err)
+{
+        na_net_sandbox ns = { .id = sb->id, .dir = sb->dir, .policy = &sb->net };
+        bool has;
+
+        pthread_mutex_lock(&reg->lock);
+        has = sb->net_has_slot;
+        ns.slot = sb->net_slot;
+        pthread_mutex_unlock(&reg->lock);
+        if (!has)
+                return 0;
+        if (na_net_up(reg->cfg.net, &ns, err) < 0)
+                return -1;
+        *ret_netns = na_net_netns_path(sb->dir);
+        *ret_resolv = na_net_resolv_conf_path(sb->dir);
+        return 0;
+}
+
 /* Runs the container's creation off the caller's thread: CreateSandbox returns at once. */
 static void *starter_main(void *arg)
 {
@@ -354,7 +402,7 @@ static void *starter_main(void *arg)
         cgroup_limits limits = { .cpu_millis = sb->cpu_millis,
                                  .memory_bytes = sb->memory_bytes,
                                  .pids_max = reg->cfg.pids_max };
-        _cleanup_free_ char *rootfs = NULL, *spawner_dir = NULL;
+        _cleanup_free_ char *rootfs = NULL, *spawner_dir = NULL, *netns = NULL, *resolv_conf = NULL;
         cs_error *err = NULL;
         pid_t pid = 0;
         bool gone;
@@ -379,6 +427,10 @@ static void *starter_main(void *arg)
         /* The agent makes the cgroup with its limits and owns it; runsc only joins it. */
         if (r == 0 && cgroup_create(reg->cg, sb->cgroup_path, &limits, &err) < 0)
                 r = -1;
+        if (r == 0 && sandbox_net_up(reg, sb, &netns, &resolv_conf, &err) < 0)
+                r = -1;
+        spec.netns = netns;
+        spec.resolv_conf = resolv_conf;
         if (r == 0)
                 r = reg->rt->ops->create(reg->rt, &spec, &pid, &err);
 
@@ -408,6 +460,7 @@ static void *starter_main(void *arg)
                 reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
                 cs_error_free(ignored);
                 sandbox_usage_freeze(reg, sb);
+                sandbox_net_down(reg, sb);
                 sandbox_remove_cgroup(reg, sb);
                 if (spawner_dir)
                         spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
@@ -501,6 +554,45 @@ static sandbox *existing_locked(sb_registry *reg, const sb_spec *spec, cs_error 
 
 /* Under the lock: a new STARTING sandbox for a validated spec, listed at once (so a
  * concurrent create for the same session finds it) and referenced for its starter. */
+/* The lowest slot of the sandbox subnet no sandbox holds (its network up, or coming up or
+ * down). None left: the start fails (na_net_up refuses a slot past the pool). */
+static void net_slot_take_locked(sb_registry *reg, sandbox *sb)
+{
+        uint32_t n = na_net_slots(reg->cfg.net), slot = 0;
+
+        for (bool clash = true; clash && slot < n;) {
+                clash = false;
+                for (sandbox *o = reg->list; o && !clash; o = o->next)
+                        clash = o->net_has_slot && o->net_slot == slot;
+                if (clash)
+                        slot++;
+        }
+        sb->net_slot = slot;
+        sb->net_has_slot = true;
+}
+
+void sandbox_net_down(sb_registry *reg, sandbox *sb)
+{
+        na_net_sandbox ns = { .id = sb->id, .dir = sb->dir, .policy = &sb->net };
+
+        pthread_mutex_lock(&reg->lock);
+        if (!sb->net_has_slot || sb->net_going || !reg->cfg.net) {
+                pthread_mutex_unlock(&reg->lock);
+                return;
+        }
+        ns.slot = sb->net_slot;
+        sb->net_going = true;
+        pthread_mutex_unlock(&reg->lock);
+        na_net_down(reg->cfg.net, &ns);
+        /* Not while the records are being opened: a sandbox found later may still have its
+         * rules and counters in the table. sandbox_records_open drops it after. */
+        if (reg->opened)
+                na_net_drop_if_unused(reg->cfg.net);
+        pthread_mutex_lock(&reg->lock);
+        sb->net_has_slot = sb->net_going = false;
+        pthread_mutex_unlock(&reg->lock);
+}
+
 sandbox *sandbox_new_locked(sb_registry *reg, const sb_spec *spec)
 {
         sandbox *sb = cs_xcalloc(1, sizeof(*sb));
@@ -518,6 +610,9 @@ sandbox *sandbox_new_locked(sb_registry *reg, const sb_spec *spec)
         sb->max_runtime_ms = spec->max_runtime_ms;
         sb->workspace_bytes = spec->workspace_bytes;
         sb->volume = reg->cfg.volumes;
+        cs_netpolicy_copy(&sb->net, spec->network ? spec->network : &egress_none);
+        if (sb->net.egress != CS_EGRESS_NONE)
+                net_slot_take_locked(reg, sb);
         sb->created_at_ms = cs_now_realtime_ms();
         sb->started_mono_ms = cs_now_monotonic_ms();
         sb->status = SB_STARTING;
@@ -668,6 +763,7 @@ int sb_destroy(sb_registry *reg, const char *id, int64_t grace_ms, sb_info *ret,
                 sb_release(reg, sb);
                 return cs_error_prefix(err, "cannot destroy sandbox %s", id);
         }
+        sandbox_net_down(reg, sb);
         sandbox_remove_cgroup(reg, sb);
         if (reg->cfg.spawner)
                 spawn_mgr_forget(reg->cfg.spawner, sb->container_id);
@@ -819,6 +915,7 @@ void sb_mark_failed(sb_registry *reg, sandbox *sb, const char *why)
                 sandbox_pool_failed_locked(reg, sb);
         pthread_mutex_unlock(&reg->lock);
         sandbox_usage_freeze(reg, sb);
+        sandbox_net_down(reg, sb);
         sandbox_persist(reg, sb);
         sandbox_log(reg, true, sb->id, "sandbox failed: %s", why);
 }
@@ -875,6 +972,9 @@ int sb_registry_open(const sb_config *cfg, runtime *rt, const cgroup_fs *cg, sb_
                 sb_registry_free(reg);
                 return -1;
         }
+        if (cfg->net)
+                na_net_drop_if_unused(cfg->net);
+        reg->opened = true;
         if (pthread_create(&reg->housekeeper, NULL, sandbox_housekeeper_main, reg) != 0) {
                 cs_error_errno(err, errno, "cannot start the housekeeping thread");
                 sb_registry_free(reg);

@@ -20,6 +20,7 @@
 
 #include "cgroup.h"
 #include "error.h"
+#include "netpolicy.h"
 #include "runtime.h"
 #include "sandbox_limits.h"
 #include "usage.h"
@@ -45,6 +46,9 @@ typedef struct sb_spec {
         uint64_t memory_bytes;    /* 0: default */
         int64_t max_runtime_ms;   /* 0: default */
         uint64_t workspace_bytes; /* 0: CS_DEFAULT_WORKSPACE_SIZE; else 16Mi..1Ti */
+        /* Its network policy, checked (cs_netpolicy_parse); NULL or egress UNSPECIFIED: the
+         * node's default (--egress-default). */
+        const cs_netpolicy *network;
 } sb_spec;
 
 /* A snapshot of one sandbox, for answers. Strings are owned by the snapshot. */
@@ -56,7 +60,9 @@ typedef struct sb_info {
         int64_t max_runtime_ms;
         int64_t created_at_ms, destroyed_at_ms, delete_after_ms; /* wall clock; 0: not set */
         usage_metrics usage;
-        uint64_t memory_now_bytes; /* memory.current at the reading of usage; 0 once frozen */
+        uint64_t memory_now_bytes;    /* memory.current at the reading of usage; 0 once frozen */
+        cs_netpolicy network;         /* the policy in force (egress never UNSPECIFIED here) */
+        uint64_t net_dropped_packets; /* dropped by its policy (compute_sandbox_egress_denied_*) */
 } sb_info;
 
 void sb_info_clear(sb_info *info);
@@ -87,6 +93,9 @@ typedef struct sb_config {
          * sandbox that has that directory. */
         struct spawn_mgr *spawner;
         const char *spawner_binary;
+        /* Local mode's sandbox networking (net.h); NULL: off, every sandbox's egress is NONE
+         * and a create asking for more is FAILED_PRECONDITION. */
+        struct na_net *net;
         /* Local mode: warm sandboxes of the default profile kept READY (0..SB_WARM_POOL_MAX;
          * 0: none). A create of that profile claims one (sandbox_pool.c). */
         uint32_t warm_pool;

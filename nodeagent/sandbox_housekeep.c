@@ -129,6 +129,7 @@ void sandbox_remove(sb_registry *reg, sandbox *sb, const char *why)
         /* A FAILED sandbox may still have a stopped container to delete. */
         reg->rt->ops->destroy(reg->rt, sb->container_id, &ignored);
         cs_error_freep(&ignored);
+        sandbox_net_down(reg, sb);
         sandbox_remove_cgroup(reg, sb);
         /* The volume's mount and image go first: the tree removal never enters a mount. */
         if (sb->volume && vol_remove(sb->volume_image, sb->workspace_dir, &ignored) < 0) {

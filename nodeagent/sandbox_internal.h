@@ -87,6 +87,14 @@ struct sandbox {
 
         char *dir, *bundle_dir, *workspace_dir, *container_id, *cgroup_path;
         pid_t host_pid; /* the sandbox's host process, for network counters */
+        /* Its network policy (egress never UNSPECIFIED), and its place in the sandbox subnet
+         * while its network is up or being made (net.h), when net_has_slot. A slot is taken
+         * at create and given back once the network is down, both under the lock. */
+        cs_netpolicy net;
+        bool net_has_slot;
+        bool net_going; /* sandbox_net_down is taking it down */
+        uint32_t net_slot;
+        uint64_t net_dropped; /* packets its policy dropped, at the last reading */
 
         usage_metrics frozen; /* final usage once FAILED or DESTROYED; before: the last reading */
         bool usage_frozen;
@@ -146,6 +154,7 @@ struct sb_registry {
         pthread_cond_t cond; /* status changes, housekeeping wake-ups */
         sandbox *list;
         bool stopping;
+        bool opened; /* the records are loaded and reconciled */
         pthread_t housekeeper;
         bool housekeeper_running;
         int starters;            /* starter threads running */
@@ -163,6 +172,10 @@ struct sb_registry {
 };
 
 /* --- sandbox.c ------------------------------------------------------------------------- */
+
+/* Takes the sandbox's network down (net.h) if it has one and gives its slot back; the usage
+ * must be frozen first (its counters go with it). */
+void sandbox_net_down(sb_registry *reg, sandbox *sb);
 
 /* One line to the registry's log hook (never called with the lock held). */
 void sandbox_log(sb_registry *reg, bool warn, const char *id, const char *fmt, ...)

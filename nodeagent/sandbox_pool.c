@@ -67,7 +67,8 @@ bool sandbox_pool_matches(const sb_spec *spec)
         return strcmp(spec->image, SB_DEFAULT_IMAGE) == 0 &&
                strcmp(spec->mount_path, CS_DEFAULT_MOUNT_PATH) == 0 &&
                spec->cpu_millis == CS_DEFAULT_CPU_MILLIS &&
-               spec->memory_bytes == CS_DEFAULT_MEMORY && spec->workspace_bytes == ws;
+               spec->memory_bytes == CS_DEFAULT_MEMORY && spec->workspace_bytes == ws &&
+               (!spec->network || spec->network->egress == CS_EGRESS_NONE);
 }
 
 sandbox *sandbox_pool_take_locked(sb_registry *reg, const sb_spec *spec)
@@ -145,7 +146,9 @@ void sb_pool_stats_read(sb_registry *reg, sb_pool_stats *ret)
 static int pool_spec(sb_registry *reg, char id[static CS_UUID_STRLEN + 1], sb_spec *ret,
                      cs_error **err)
 {
-        sb_spec in = { .id = id, .tenant_id = "-", .session_id = "-" };
+        /* Warm sandboxes have no network: a create that asks for one makes its own. */
+        static const cs_netpolicy none = { .egress = CS_EGRESS_NONE };
+        sb_spec in = { .id = id, .tenant_id = "-", .session_id = "-", .network = &none };
 
         cs_uuid_generate(id);
         if (sandbox_spec_validate(reg, &in, ret, err) < 0)

@@ -22,10 +22,64 @@
 #include <unistd.h>
 
 #include "spawner_link.h"
+#include "net.h"
 #include "usage_json.h"
 #include "util.h"
 #include "uuid.h"
 #include "volume.h"
+
+/* The policy as the record keeps it: {"egress": "open", "domains": [...], "cidrs": [...]}. */
+static json_t *network_json(const cs_netpolicy *p)
+{
+        json_t *domains = json_array(), *cidrs = json_array();
+
+        for (size_t i = 0; i < p->n_domains; i++)
+                json_array_append_new(domains, json_string(p->domains[i]));
+        for (size_t i = 0; i < p->n_cidrs; i++) {
+                char c[CS_NET_CIDR_STRLEN + 1];
+                cs_cidr_format(&p->cidrs[i], c, sizeof(c));
+                json_array_append_new(cidrs, json_string(c));
+        }
+        return json_pack("{s:s, s:o, s:o}", "egress",
+                         cs_egress_name(p->egress ? p->egress : CS_EGRESS_NONE), "domains", domains,
+                         "cidrs", cidrs);
+}
+
+/* Back from the record: checked again like an API call's. Absent (a record older than
+ * networking): NONE. */
+static int network_from_json(json_t *doc, cs_netpolicy *ret, cs_error **err)
+{
+        json_t *net = json_object_get(doc, "network"), *domains, *cidrs;
+        const char *egress = json_string_value(json_object_get(net, "egress"));
+        const char *d[CS_NET_MAX_DOMAINS], *c[CS_NET_MAX_CIDRS];
+        size_t nd = 0, nc = 0, i;
+        json_t *item;
+        int e;
+
+        if (!net) {
+                *ret = (cs_netpolicy){ .egress = CS_EGRESS_NONE };
+                return 0;
+        }
+        e = egress ? cs_egress_from_name(egress) : -1;
+        domains = json_object_get(net, "domains");
+        cidrs = json_object_get(net, "cidrs");
+        if (e <= 0 || json_array_size(domains) > CS_NET_MAX_DOMAINS ||
+            json_array_size(cidrs) > CS_NET_MAX_CIDRS)
+                return cs_error_set(err, GRPC_STATUS_INTERNAL, "a bad network policy");
+        json_array_foreach(domains, i, item)
+        {
+                if (!json_is_string(item))
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL, "a bad network policy");
+                d[nd++] = json_string_value(item);
+        }
+        json_array_foreach(cidrs, i, item)
+        {
+                if (!json_is_string(item))
+                        return cs_error_set(err, GRPC_STATUS_INTERNAL, "a bad network policy");
+                c[nc++] = json_string_value(item);
+        }
+        return cs_netpolicy_parse((cs_egress)e, d, nd, c, nc, ret, err);
+}
 
 /* Builds the record under the lock (cheap); written by record_write() outside it. */
 static json_t *record_json_locked(const sandbox *sb)
@@ -65,6 +119,21 @@ static json_t *record_json_locked(const sandbox *sb)
                                    "vol_base_written", (json_int_t)sb->vol_base_written,
                                    "vol_start_read", (json_int_t)sb->vol_start.read,
                                    "vol_start_written", (json_int_t)sb->vol_start.written)) < 0) {
+                json_decref(doc);
+                return NULL;
+        }
+        if (doc && json_object_set_new(doc, "network", network_json(&sb->net)) < 0) {
+                json_decref(doc);
+                return NULL;
+        }
+        if (doc && sb->net_dropped &&
+            json_object_set_new(doc, "net_dropped", json_integer((json_int_t)sb->net_dropped)) <
+                    0) {
+                json_decref(doc);
+                return NULL;
+        }
+        if (doc && sb->net_has_slot &&
+            json_object_set_new(doc, "net_slot", json_integer((json_int_t)sb->net_slot)) < 0) {
                 json_decref(doc);
                 return NULL;
         }
@@ -153,6 +222,17 @@ static sandbox *record_load(sb_registry *reg, const char *id, cs_error **err)
                 return NULL;
         }
         sb = cs_xcalloc(1, sizeof(*sb));
+        if (network_from_json(doc, &sb->net, err) < 0) {
+                json_decref(doc);
+                free(sb);
+                return cs_error_prefix(err, "%s", path), NULL;
+        }
+        {
+                json_t *slot = json_object_get(doc, "net_slot");
+                sb->net_has_slot = json_is_integer(slot) && json_integer_value(slot) >= 0;
+                sb->net_slot = sb->net_has_slot ? (uint32_t)json_integer_value(slot) : 0;
+                sb->net_dropped = (uint64_t)json_integer_value(json_object_get(doc, "net_dropped"));
+        }
         snprintf(sb->id, sizeof(sb->id), "%s", id);
         sb->tenant_id = cs_xstrdup(s[1]);
         sb->session_id = cs_xstrdup(s[2]);
@@ -280,6 +360,38 @@ static void relisten_spawner(sb_registry *reg, sandbox *sb)
         free(sandbox_spawner_listen(reg, sb));
 }
 
+/* A running networked sandbox: its rules, counters and resolver again (its namespace and
+ * veth outlived the agent). One whose network cannot be had again is stopped: it must never
+ * run without its policy. */
+static int restore_network(sb_registry *reg, sandbox *sb)
+{
+        na_net_sandbox ns = {
+                .id = sb->id, .dir = sb->dir, .slot = sb->net_slot, .policy = &sb->net
+        };
+        cs_error *err = NULL;
+        const char *why = NULL;
+
+        if (sb->net.egress == CS_EGRESS_NONE)
+                return 0;
+        if (!reg->cfg.net)
+                why = "this agent runs with --sandbox-network=off";
+        else if (!sb->net_has_slot)
+                why = "its network was taken down";
+        else if (na_net_restore(reg->cfg.net, &ns, &err) < 0)
+                why = err->msg;
+        if (!why)
+                return 0;
+        sandbox_log(reg, true, sb->id, "stopping a sandbox found running: its network: %s", why);
+        sandbox_set_failed_locked(reg, sb, "its network was lost while the agent was down");
+        cs_error_freep(&err);
+        if (reg->rt->ops->destroy(reg->rt, sb->container_id, &err) < 0) {
+                sandbox_log(reg, true, sb->id, "cannot destroy it: %s", err->msg);
+                cs_error_free(err);
+        }
+        sandbox_net_down(reg, sb);
+        return -1;
+}
+
 static void reconcile_one(sb_registry *reg, sandbox *sb)
 {
         rt_state st = RT_ABSENT;
@@ -289,6 +401,7 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
         if (sb->status == SB_DESTROYED) {
                 /* An older agent kept destroyed volumes mounted for their grace. */
                 sandbox_unmount_destroyed(reg, sb);
+                sandbox_net_down(reg, sb); /* an agent that died in the destroy */
                 return;
         }
         reattach_volume(reg, sb);
@@ -297,8 +410,11 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
                 cs_error_freep(&err);
         }
         sandbox_kill_leftover_execs(reg, sb, st == RT_RUNNING);
-        if (sb->status == SB_FAILED)
-                return;
+        if (sb->status == SB_FAILED || st != RT_RUNNING) {
+                sandbox_net_down(reg, sb);
+                if (sb->status == SB_FAILED)
+                        return;
+        }
         if (st == RT_RUNNING && sandbox_image_check(reg, sb->image, &err) < 0) {
                 /* E.g. a sandbox of an older agent whose image was the host's root: it must
                  * not go on seeing the host. */
@@ -312,6 +428,8 @@ static void reconcile_one(sb_registry *reg, sandbox *sb)
                 }
                 return;
         }
+        if (st == RT_RUNNING && restore_network(reg, sb) < 0)
+                return;
         if (st == RT_RUNNING) {
                 sb->status = SB_READY;
                 sb->host_pid = pid;

@@ -17,6 +17,7 @@
 
 #include <string.h>
 
+#include "net.h"
 #include "util.h"
 #include "volume.h"
 
@@ -26,12 +27,32 @@ static uint64_t sub_sat(uint64_t a, uint64_t b)
         return a > b ? a - b : 0;
 }
 
-/* Network counters of the sandbox's host process (its own network namespace). */
-static void read_net(sandbox *sb, uint64_t *rx, uint64_t *tx)
+/* A networked sandbox's counters are its nftables counters (net.h): the IP bytes forwarded
+ * between it and the outside, its resolver's answers not among them. Otherwise those of its
+ * host process's network namespace (a sandbox without a network has loopback alone, which
+ * does not count). */
+static void read_net(sb_registry *reg, sandbox *sb, uint64_t *rx, uint64_t *tx)
 {
         cs_error *err = NULL;
+        na_net_counters c;
+        bool networked;
 
         *rx = *tx = 0;
+        pthread_mutex_lock(&reg->lock);
+        networked = sb->net_has_slot && !sb->net_going && reg->cfg.net;
+        pthread_mutex_unlock(&reg->lock);
+        if (networked) {
+                if (na_net_read(reg->cfg.net, sb->id, &c, &err) < 0) {
+                        cs_error_free(err);
+                        return;
+                }
+                *rx = c.rx_bytes;
+                *tx = c.tx_bytes;
+                pthread_mutex_lock(&reg->lock);
+                sb->net_dropped = c.dropped_packets;
+                pthread_mutex_unlock(&reg->lock);
+                return;
+        }
         if (sb->host_pid > 0 && proc_read_net("/proc", sb->host_pid, rx, tx, &err) < 0)
                 cs_error_free(err);
 }
@@ -82,7 +103,7 @@ void sandbox_usage_live(sb_registry *reg, sandbox *sb, usage_metrics *ret)
         bool have = cgroup_read(reg->cg, sb->cgroup_path, &s, &err) == 0;
 
         cs_error_free(err);
-        read_net(sb, &rx, &tx);
+        read_net(reg, sb, &rx, &tx);
         read_volume(sb, &d);
         pthread_mutex_lock(&reg->lock);
         /* Frozen, or the cgroup is gone (a container lost while the agent was down): the last
@@ -121,7 +142,7 @@ void sandbox_usage_rebase(sb_registry *reg, sandbox *sb)
 
         if (cgroup_read(reg->cg, sb->cgroup_path, &s, &err) < 0)
                 cs_error_freep(&err);
-        read_net(sb, &rx, &tx);
+        read_net(reg, sb, &rx, &tx);
         read_volume(sb, &d);
         /* cgroup v1 resets its high-water mark; v2 cannot (cgroup.h): there the peak is the
          * cgroup's lifetime peak, the warm idle time's few MiB included. */
@@ -200,7 +221,7 @@ sb_window *sb_window_begin(sb_registry *reg, sandbox *sb)
                 w->peak_reset = cgroup_reset_peak(reg->cg, sb->cgroup_path, &err) == 0;
                 cs_error_free(err);
         }
-        read_net(sb, &rx, &tx);
+        read_net(reg, sb, &rx, &tx);
         read_volume(sb, &d);
         pthread_mutex_lock(&reg->lock);
         disk_totals_locked(sb, &w->start, &d, &w->disk_read, &w->disk_written);
@@ -240,7 +261,7 @@ void sb_window_end(sb_registry *reg, sandbox *sb, sb_window *w, usage_metrics *r
         disk_reading d;
 
         cs_error_free(err);
-        read_net(sb, &rx, &tx);
+        read_net(reg, sb, &rx, &tx);
         read_volume(sb, &d);
         pthread_mutex_lock(&reg->lock);
         for (sb_window **p = &sb->windows; *p; p = &(*p)->next) {

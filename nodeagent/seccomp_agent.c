@@ -43,10 +43,12 @@ const char *const agent_seccomp_allow[] = {
         /* pipes, polling, events */
         "epoll_create1", "epoll_ctl", "epoll_pwait", "epoll_wait", "eventfd2", "pipe2", "poll",
         "ppoll",
+        "pselect6", /* libnftables waits for the kernel's answers with select(2) */
         /* sockets */
         "accept4", "bind", "connect", "getpeername", "getsockname", "getsockopt", "listen",
         "recvmsg", "sendmsg", "setsockopt", "shutdown", "socket", "socketpair",
         "recvfrom", "sendto", /* the /metrics endpoint (libmicrohttpd's recv and send) */
+        "recvmmsg", "sendmmsg", /* runsc's netstack on a sandbox's veth (net.h) */
         /* processes and identity */
         "arch_prctl", "capget",
         "capset", /* runsc drops its capabilities */
@@ -67,6 +69,8 @@ const char *const agent_seccomp_allow[] = {
         "preadv2",
         "ptrace", /* runsc, systrap platform (attaches its stub processes) */
         "seccomp", /* runsc installs its own filters */
+        "setns", /* net.c: a sandbox's network namespace; runsc joins it */
+        "unshare", /* net.c makes the namespace; proc.c: runsc's own mount namespace */
         "umount2", /* runsc */
 #if defined(__SANITIZE_ADDRESS__)
         /* The ASan build only: LeakSanitizer's tracer lists the threads with it. */

@@ -57,6 +57,7 @@ static Nodeagent__V1__SandboxInfo *info_to_pb(rpc_call *call, const sb_info *in)
         m->cpu_millis = in->cpu_millis;
         m->memory_bytes = in->memory_bytes;
         m->max_runtime = pb_duration(call, in->max_runtime_ms);
+        m->network = pb_network(call, &in->network);
         return m;
 }
 
@@ -164,7 +165,9 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
         Nodeagent__V1__CreateSandboxResponse *resp = (void *)resp_msg;
         src_call c = call_ctx(call, -1);
         sb_info info = { 0 };
+        cs_netpolicy network;
         bool created = false;
+        int r;
         sb_spec spec = {
                 .id = req->sandbox_id,
                 .tenant_id = req->tenant_id,
@@ -175,10 +178,16 @@ static int h_create(rpc_call *call, const ProtobufCMessage *req_msg, ProtobufCMe
                 .memory_bytes = req->memory_bytes,
                 .max_runtime_ms = pb_duration_ms(req->max_runtime),
                 .workspace_bytes = req->workspace_bytes,
+                .network = &network,
         };
 
         (void)userdata;
-        if (svc.src->ops->create(svc.src, &c, &spec, &info, &created, err) < 0)
+        /* The frontend checked it too; the agent trusts no caller's checks. */
+        if (pb_network_read(req->network, &network, err) < 0)
+                return -1;
+        r = svc.src->ops->create(svc.src, &c, &spec, &info, &created, err);
+        cs_netpolicy_clear(&network);
+        if (r < 0)
                 return -1;
         resp->sandbox = info_to_pb(call, &info);
         resp->created = created;

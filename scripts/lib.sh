@@ -9,7 +9,7 @@ CS_PACKAGES=(
         libgrpc-dev libprotobuf-dev protobuf-compiler
         protobuf-c-compiler libprotobuf-c-dev
         libcmocka-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev libyaml-dev libssl-dev libarchive-dev
-        libmicrohttpd-dev libcgroup-dev libldns-dev
+        libmicrohttpd-dev libcgroup-dev libmnl-dev libnftables-dev libldns-dev
         openssl mmdebstrap busybox-static e2fsprogs
         python3 python3-grpcio python3-protobuf python3-yaml
         help2man

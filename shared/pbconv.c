@@ -71,3 +71,38 @@ void pb_usage_read(const Common__V1__UsageMetrics *m, usage_metrics *ret)
                 .network_ingress_bytes = m->network_ingress_bytes,
         };
 }
+
+_Static_assert((int)CS_EGRESS_NONE == (int)COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_NONE &&
+                       (int)CS_EGRESS_ALLOWLIST ==
+                               (int)COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_ALLOWLIST &&
+                       (int)CS_EGRESS_OPEN == (int)COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_OPEN,
+               "cs_egress numbers are compute.v1.EgressMode's");
+
+Compute__V1__NetworkSpec *pb_network(rpc_call *call, const cs_netpolicy *p)
+{
+        Compute__V1__NetworkSpec *m = rpc_call_alloc(call, sizeof(*m));
+
+        compute__v1__network_spec__init(m);
+        m->egress = p->egress == CS_EGRESS_UNSPECIFIED ? COMPUTE__V1__EGRESS_MODE__EGRESS_MODE_NONE
+                                                       : (Compute__V1__EgressMode)p->egress;
+        m->n_allow_domains = p->n_domains;
+        m->allow_domains = rpc_call_alloc(call, (p->n_domains + 1) * sizeof(*m->allow_domains));
+        for (size_t i = 0; i < p->n_domains; i++)
+                m->allow_domains[i] = rpc_call_strdup(call, p->domains[i]);
+        m->n_allow_cidrs = p->n_cidrs;
+        m->allow_cidrs = rpc_call_alloc(call, (p->n_cidrs + 1) * sizeof(*m->allow_cidrs));
+        for (size_t i = 0; i < p->n_cidrs; i++) {
+                m->allow_cidrs[i] = rpc_call_alloc(call, CS_NET_CIDR_STRLEN + 1);
+                cs_cidr_format(&p->cidrs[i], m->allow_cidrs[i], CS_NET_CIDR_STRLEN + 1);
+        }
+        return m;
+}
+
+int pb_network_read(const Compute__V1__NetworkSpec *m, cs_netpolicy *ret, cs_error **err)
+{
+        if (!m)
+                return cs_netpolicy_parse(CS_EGRESS_UNSPECIFIED, NULL, 0, NULL, 0, ret, err);
+        return cs_netpolicy_parse((cs_egress)m->egress, (const char *const *)m->allow_domains,
+                                  m->n_allow_domains, (const char *const *)m->allow_cidrs,
+                                  m->n_allow_cidrs, ret, err);
+}

@@ -6,8 +6,11 @@
 #include <stdint.h>
 
 #include "common/v1/usage.pb-c.h"
+#include "compute/v1/compute.pb-c.h"
+#include "error.h"
 #include "google/protobuf/duration.pb-c.h"
 #include "google/protobuf/timestamp.pb-c.h"
+#include "netpolicy.h"
 #include "rpc.h"
 #include "usage.h"
 
@@ -21,3 +24,11 @@ int64_t pb_duration_ms(const Google__Protobuf__Duration *d);
 
 Common__V1__UsageMetrics *pb_usage(rpc_call *call, const usage_metrics *u);
 void pb_usage_read(const Common__V1__UsageMetrics *m, usage_metrics *ret);
+
+/* A policy as the NetworkSpec of an answer (the policy in force, docs/api.md "Network"):
+ * egress UNSPECIFIED, which no answer gives, is written NONE (no policy reported: a sandbox
+ * without network). */
+Compute__V1__NetworkSpec *pb_network(rpc_call *call, const cs_netpolicy *p);
+/* A NetworkSpec as a policy, checked by cs_netpolicy_parse (INVALID_ARGUMENT naming the
+ * entry); NULL: egress UNSPECIFIED and no lists. *ret is the caller's to cs_netpolicy_clear. */
+int pb_network_read(const Compute__V1__NetworkSpec *m, cs_netpolicy *ret, cs_error **err);

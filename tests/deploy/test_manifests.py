@@ -56,6 +56,7 @@ METRIC_NAMES = {
     "compute_sandbox_memory_peak_bytes", "compute_sandbox_disk_read_bytes_total",
     "compute_sandbox_disk_write_bytes_total", "compute_sandbox_network_receive_bytes_total",
     "compute_sandbox_network_transmit_bytes_total", "compute_sandbox_uptime_seconds",
+    "compute_sandbox_egress_denied_packets_total",
     "compute_sandbox_status", "compute_exec_total", "compute_exec_duration_seconds",
     "compute_execs_running", "compute_file_bytes_total",
     "compute_agent_up", "compute_scheduler_sandboxes", "compute_kube_requests_total",

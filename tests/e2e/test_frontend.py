@@ -40,6 +40,9 @@ class FrontendTest(unittest.TestCase):
     # Local mode knows its images (directories on the agent); in kube mode any image
     # reference is accepted and a bad one shows as a pod that never starts.
     IMAGES_CHECKED = True
+    # Local mode's agents give sandboxes a network; kube mode's pods have none yet, so there
+    # a create asking for egress allowlist or open is refused (docs/api.md, "Network").
+    SANDBOX_NETWORK = True
     # fds the frontend may hold after a burst that are not leaks (pools with a fixed cap).
     FD_SLACK = 2
 
@@ -228,6 +231,58 @@ class FrontendTest(unittest.TestCase):
         self.assertEqual(code_of(c.list, tenant, status=42), INVALID)
         for sid in (ids["list-0"], ids["list-2"], other):
             c.destroy(sid)
+
+    # --- the network policy (docs/api.md, "Network") ---
+
+    def test_network_spec_checks_and_echo(self):
+        """A malformed NetworkSpec is refused before anything is made, the message naming the
+        entry; egress NONE, asked for or the node's default, is what describe and list say."""
+        c, pb = self.c, self.c.pb
+        tenant = "tenant-" + uuid.uuid4().hex[:8]
+        allowlist = pb.EGRESS_MODE_ALLOWLIST
+        for net, says in (
+                (dict(egress=allowlist, allow_domains=["pypi.org", "bad_name.test"]),
+                 "network.allow_domains[1] 'bad_name.test': letters, digits"),
+                (dict(egress=allowlist, allow_domains=["*.*.x"]),
+                 "network.allow_domains[0] '*.*.x': '*' only as a whole leading label"),
+                (dict(egress=allowlist, allow_domains=["a" * 64 + ".test"]),
+                 "label longer than 63 bytes"),
+                (dict(egress=allowlist, allow_domains=[f"h{i}.test" for i in range(257)]),
+                 "network.allow_domains has 257 entries, more than 256"),
+                (dict(egress=allowlist, allow_cidrs=["192.0.2.0/24", "not-a-cidr"]),
+                 "network.allow_cidrs[1] 'not-a-cidr': not an IPv4 or IPv6 address"),
+                (dict(egress=allowlist, allow_cidrs=["10.0.0.0/33"]),
+                 "network.allow_cidrs[0] '10.0.0.0/33': prefix length over 32"),
+                (dict(egress=allowlist, allow_cidrs=["2001:db8::1/64"]),
+                 "'2001:db8::1/64': host bits set (the network is 2001:db8::/64)"),
+                (dict(egress=pb.EGRESS_MODE_OPEN, allow_domains=["pypi.org"]),
+                 "network.allow_domains[0] 'pypi.org': lists apply only to egress allowlist "
+                 "(egress is open)"),
+                (dict(allow_cidrs=["192.0.2.0/24"]), "(egress is unspecified)"),
+                (dict(egress=9), "network.egress 9 is not an EgressMode")):
+            with self.assertRaises(grpc.RpcError, msg=says) as cm:
+                c.create(tenant, "net-bad", network=pb.NetworkSpec(**net))
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, says)
+            self.assertIn(says, cm.exception.details())
+        self.assertEqual(len(c.list(tenant).sandboxes), 0)  # nothing was made
+        if not self.SANDBOX_NETWORK:
+            for mode, name in ((allowlist, "allowlist"), (pb.EGRESS_MODE_OPEN, "open")):
+                with self.assertRaises(grpc.RpcError) as cm:
+                    c.create(tenant, "net-" + name, network=pb.NetworkSpec(egress=mode))
+                self.assertEqual(cm.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+                self.assertIn(f"egress {name} is not available in kube mode yet",
+                              cm.exception.details())
+
+        none = pb.NetworkSpec(egress=pb.EGRESS_MODE_NONE)
+        asked = c.create(tenant, "net-none", network=none).sandbox_id
+        default = c.create(tenant, "net-default").sandbox_id
+        for sid in (asked, default):
+            self.assertEqual(c.describe(sid).network, none)
+        self.assertEqual({s.sandbox_id: s.network for s in c.list(tenant).sandboxes},
+                         {asked: none, default: none})
+        c.destroy(asked)
+        self.assertEqual(c.describe(asked).network, none)  # DESTROYED: still the policy it had
+        c.destroy(default)
 
     def test_exec_semantics(self):
         c = self.c

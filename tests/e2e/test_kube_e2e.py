@@ -64,6 +64,7 @@ def stack_for(cls, setup, **kw):
 class KubeFrontendTest(tf.FrontendTest):
     """The local mode's e2e tests, unchanged, in kube mode."""
     IMAGES_CHECKED = False
+    SANDBOX_NETWORK = False
     # The kube client keeps up to 8 idle API connections (KUBE_POOL_MAX in kube_client.c),
     # each with its curl handle's wakeup socketpair: 3 fds apiece once a burst has used them.
     FD_SLACK = 2 + 3 * 8

@@ -14,6 +14,9 @@ import sys
 import tempfile
 import time
 import unittest
+import uuid
+
+import grpc
 
 from agent_fixture import AgentProcess
 from proc_checks import status, thread_statuses
@@ -22,7 +25,10 @@ import testmain
 BUILD_DIR = sys.argv[1]
 
 # docs/security.md, "Privileges" (capability numbers of linux/capability.h).
+# With --sandbox-network on (the default) also net_bind_service, net_admin and net_raw (the
+# sandboxes' resolver, their links and nftables table, runsc's netstack).
 KEPT = {"chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "setgid": 6, "setuid": 7,
+        "net_bind_service": 10, "net_admin": 12, "net_raw": 13,
         "sys_admin": 21,
         "setfcap": 31}
 KEPT_MASK = sum(1 << n for n in KEPT.values())
@@ -116,6 +122,29 @@ class AgentCapabilitiesTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=30)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("'no_such_cap' is not a capability name", r.stderr)
+
+    def test_sandbox_network_off_keeps_no_network_capability(self):
+        """--sandbox-network=off: not net_admin, net_raw nor net_bind_service (sandboxes then
+        have loopback only, and a create asking for more is FAILED_PRECONDITION)."""
+        a = AgentProcess(BUILD_DIR, "--sandbox-network=off")
+        try:
+            kept = {k: v for k, v in KEPT.items() if not k.startswith("net_")}
+            self.assertIn("keeps the capabilities " + ",".join(kept), a.log())
+            self.assertIn("sandbox network: off", a.log())
+            mask = sum(1 << n for n in kept.values())
+            for tid, st in thread_statuses(a.proc.pid):
+                self.assertEqual(caps(st)["CapEff"], mask, f"thread {tid}")
+            c = a.client
+            from compute.v1 import compute_pb2
+            with self.assertRaises(grpc.RpcError) as cm:
+                c.CreateSandbox(c.pb.CreateSandboxRequest(
+                    sandbox_id=str(uuid.uuid4()), tenant_id="t", session_id="s",
+                    network=compute_pb2.NetworkSpec(egress=compute_pb2.EGRESS_MODE_OPEN)),
+                    timeout=30)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("--sandbox-network=off", cm.exception.details())
+        finally:
+            self.assertEqual(a.cleanup()[0], 0)
 
     def test_runsc_network_other_than_none_refused(self):
         """Local mode: runsc's sandbox and host networks give a sandbox no network and fail

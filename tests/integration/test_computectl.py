@@ -222,6 +222,7 @@ class ComputectlTest(ServiceTestCase):
                      ["exec", "--bogus", "x", "true"], ["describe"], ["exec", "x"],
                      ["cp", "a", "b"], ["create", "--tenant", "t"],
                      ["create", "--tenant", "t", "--session", "s", "--memory", "12Q"],
+                     ["create", "--tenant", "t", "--session", "s", "--egress", "closed"],
                      ["list"], ["list", "--tenant", "t", "extra"],
                      ["list", "--tenant", "t", "--status", "sleeping"],
                      ["list", "--tenant", "t", "--page-size", "0"],
@@ -250,6 +251,8 @@ class ComputectlTest(ServiceTestCase):
                 (["cp", f"{sid}:a", f"{sid}:b"], "SRC and DST are both ID:PATH"),
                 (["create", "--tenant", "t"], "create: --session is required (e.g. create "),
                 (["create", "--session", "s"], "create: --tenant is required"),
+                (["create", "-t", "t", "-s", "s", "--egress", "closed"],
+                 "create: --egress: 'closed' is not one of none, allowlist, open"),
                 (["help", "nope"], "help: unknown command 'nope'")):
             p = self.ctl(*args)
             self.assertEqual(p.returncode, 125, self.explain(p))
@@ -456,6 +459,33 @@ class ComputectlTest(ServiceTestCase):
         for sid in (ids["s0"], ids["s2"]):
             self.ok("destroy", sid)
 
+    def test_network_options(self):
+        """create --egress/--allow-domain/--allow-cidr reach the server (which checks the
+        entries and names the one at fault); describe and list show the policy in force."""
+        tenant = str(uuid.uuid4())
+        none = {"egress": "NONE", "allow_domains": [], "allow_cidrs": []}
+        for args, says in (
+                # Lists alone ask for allowlist: the server's complaint is the entry, not the mode.
+                (["--allow-domain", "pypi.org", "--allow-domain", "*.*.x"],
+                 "INVALID_ARGUMENT: network.allow_domains[1] '*.*.x': '*' only as a whole "
+                 "leading label"),
+                (["--allow-cidr", "10.0.0.1/8"],
+                 "INVALID_ARGUMENT: network.allow_cidrs[0] '10.0.0.1/8': host bits set (the "
+                 "network is 10.0.0.0/8)"),
+                (["--egress", "OPEN", "--allow-cidr", "192.0.2.0/24"], "(egress is open)")):
+            p = self.ctl("create", "--tenant", tenant, "--session", "bad", *args)
+            self.assertEqual(p.returncode, 125, self.explain(p))
+            self.assertIn(says, p.stderr.decode(), self.explain(p))
+        sid = self.ok("create", "--tenant", tenant, "--session", "none", "--egress",
+                      "none").stdout.decode().strip()
+        info = kv_lines(self.ok("describe", sid).stdout.decode())
+        self.assertEqual(info["egress"], "NONE")
+        self.assertNotIn("allow_domains", info)
+        self.assertEqual(json.loads(self.ok("--json", "describe", sid).stdout)["network"], none)
+        listed = json.loads(self.ok("--json", "list", "--tenant", tenant).stdout)["sandboxes"]
+        self.assertEqual([(d["sandbox_id"], d["network"]) for d in listed], [(sid, none)])
+        self.ok("destroy", sid)
+
     def test_progress_bar_on_a_terminal(self):
         sid = self.create()
         src = os.path.join(self.tmp, "small.bin")
@@ -647,12 +677,14 @@ class ComputectlTest(ServiceTestCase):
         usage_keys = set(json.loads(self.ok("--json", "describe", sid).stdout)["usage"])
         described = json.loads(self.ok("describe", sid, "--json").stdout)
         self.assertEqual(set(described), {"sandbox_id", "status", "status_reason", "created_at",
-                                          "uptime_ms", "usage"})
+                                          "uptime_ms", "network", "usage"})
+        self.assertEqual(set(described["network"]), {"egress", "allow_domains", "allow_cidrs"})
         listed = json.loads(self.ok("list", "--tenant", tenant, "--json").stdout)
         self.assertEqual(set(listed), {"sandboxes", "truncated"})
         entry = listed["sandboxes"][0]
         self.assertTrue({"sandbox_id", "status", "status_reason", "created_at", "uptime_ms",
-                         "usage"} <= set(entry), entry)
+                         "network", "usage"} <= set(entry), entry)
+        self.assertEqual(entry["network"], described["network"])
         self.assertEqual(set(entry["usage"]), usage_keys)
         events = [json.loads(ln) for ln in
                   self.ok("exec", "--json", sid, "true").stdout.decode().splitlines()]

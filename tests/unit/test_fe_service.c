@@ -348,6 +348,42 @@ static void test_create_checks_workspace_size(void **state)
         fe_view_clear(&v);
 }
 
+/* NetworkSpec: cs_netpolicy_parse's checks before the scheduler (test_netpolicy.c has them
+ * all); a good one reaches the scheduler as given, for the agent to check again. */
+static void test_create_checks_network(void **state)
+{
+        world *w = *state;
+        const char *domains[] = { "pypi.org", "*.*.x" }, *cidrs[] = { "10.0.0.1/8" };
+        fe_spec s = spec_of("t", "s");
+        cs_error *err = NULL;
+        fe_view v = { 0 };
+
+        s.egress = CS_EGRESS_ALLOWLIST;
+        s.allow_domains = domains;
+        s.n_allow_domains = 2;
+        assert_create_refused(w, &s,
+                              "network.allow_domains[1] '*.*.x': '*' only as a whole leading "
+                              "label (\"*.example.com\")");
+        s.n_allow_domains = 0;
+        s.allow_cidrs = cidrs;
+        s.n_allow_cidrs = 1;
+        assert_create_refused(w, &s,
+                              "network.allow_cidrs[0] '10.0.0.1/8': host bits set (the network "
+                              "is 10.0.0.0/8)");
+        s.egress = CS_EGRESS_OPEN;
+        cidrs[0] = "10.0.0.0/8";
+        assert_create_refused(w, &s,
+                              "network.allow_cidrs[0] '10.0.0.0/8': lists apply only to egress "
+                              "allowlist (egress is open)");
+        s.egress = CS_EGRESS_ALLOWLIST;
+        s.n_allow_domains = 1;
+        assert_int_equal(fe_service_create(&w->svc, &s, &w->ctx, &v, &err), 0);
+        assert_int_equal(w->f.last_spec.egress, CS_EGRESS_ALLOWLIST);
+        assert_int_equal(w->f.last_spec.n_allow_domains, 1);
+        assert_ptr_equal(w->f.last_spec.allow_cidrs, cidrs);
+        fe_view_clear(&v);
+}
+
 static void test_create_passes_spec_and_default_image(void **state)
 {
         world *w = *state;
@@ -896,6 +932,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_create_checks_ids, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_create_checks_max_runtime, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_create_checks_workspace_size, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_create_checks_network, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_create_passes_spec_and_default_image, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_create_is_idempotent_per_session, setup,

@@ -181,6 +181,38 @@ static void test_spec_checks(void **state)
         refused(in, "max_runtime must be 1 s..24 h");
 }
 
+/* The pods have no network yet (deploy/networkpolicy.yaml): egress allowlist and open are
+ * refused as not available; none and the default go through. */
+static void test_spec_network(void **state)
+{
+        static const struct {
+                cs_egress egress;
+                const char *msg;
+        } refusals[] = {
+                { CS_EGRESS_ALLOWLIST, "egress allowlist is not available in kube mode yet: pods "
+                                       "have no network (docs/api.md, Network)" },
+                { CS_EGRESS_OPEN, "egress open is not available in kube mode yet: pods have no "
+                                  "network (docs/api.md, Network)" },
+        };
+        fe_spec in = { .tenant_id = "t", .session_id = "s", .image = "img" };
+        cs_error *err = NULL;
+        kobj_spec out;
+
+        (void)state;
+        for (size_t i = 0; i < ARRAY_SIZE(refusals); i++) {
+                in.egress = refusals[i].egress;
+                assert_int_equal(kobj_spec_normalise("", "10Gi", &in, &out, &err), -1);
+                assert_int_equal(err->code, GRPC_STATUS_FAILED_PRECONDITION);
+                assert_string_equal(err->msg, refusals[i].msg);
+                cs_error_free(err);
+                err = NULL;
+        }
+        in.egress = CS_EGRESS_NONE;
+        assert_int_equal(kobj_spec_normalise("", "10Gi", &in, &out, &err), 0);
+        in.egress = CS_EGRESS_UNSPECIFIED;
+        assert_int_equal(kobj_spec_normalise("", "10Gi", &in, &out, &err), 0);
+}
+
 static void test_quantity_and_class_names(void **state)
 {
         const char *good_q[] = { "1", "10Gi", "500M", "1.5Ti", "3Ki", "7E", "2k" };
@@ -948,6 +980,7 @@ int main(void)
                 cmocka_unit_test(test_pod_name),
                 cmocka_unit_test(test_spec_defaults),
                 cmocka_unit_test(test_spec_checks),
+                cmocka_unit_test(test_spec_network),
                 cmocka_unit_test(test_quantity_and_class_names),
                 cmocka_unit_test(test_pod_fields),
                 cmocka_unit_test(test_pod_with_spawner),

@@ -22,16 +22,16 @@ from .errors import (AbortedError, AlreadyExistsError, CancelledError, ComputeEr
                      OutputLimitError, PermissionDeniedError, ResourceExhaustedError,
                      UnauthenticatedError, UnavailableError, UnimplementedError)
 from .sandbox import ExecStream, Files, Sandbox
-from .types import (ExecCompletion, ExecOutput, ExecResult, FileEntry, FileListing, SandboxInfo,
-                    SandboxStatus, Usage)
+from .types import (Egress, ExecCompletion, ExecOutput, ExecResult, FileEntry, FileListing,
+                    Network, SandboxInfo, SandboxStatus, Usage)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "TLS", "Timeouts", "DEFAULT_ADDRESS", "MAX_DATA_PER_CALL", "MAX_MESSAGE_BYTES",
     "Sandbox", "ExecStream", "Files",
-    "ExecCompletion", "ExecOutput", "ExecResult", "FileEntry", "FileListing", "SandboxInfo",
-    "SandboxStatus", "Usage",
+    "Egress", "ExecCompletion", "ExecOutput", "ExecResult", "FileEntry", "FileListing",
+    "Network", "SandboxInfo", "SandboxStatus", "Usage",
     "ComputeError", "AbortedError", "AlreadyExistsError", "CancelledError", "DataLossError",
     "DeadlineExceededError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",
     "NotFoundError", "OutOfRangeError", "OutputLimitError", "PermissionDeniedError",

@@ -14,8 +14,8 @@ from .client import MAX_DATA_PER_CALL, TLS, Client
 from .errors import (AbortedError, ComputeError, DeadlineExceededError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, NotFoundError, OutputLimitError,
                      error_from_rpc)
-from .types import (ExecCompletion, ExecOutput, ExecResult, FileEntry, FileListing, SandboxInfo,
-                    SandboxStatus, Usage)
+from .types import (Egress, ExecCompletion, ExecOutput, ExecResult, FileEntry, FileListing,
+                    SandboxInfo, SandboxStatus, Usage)
 
 __all__ = ["Sandbox", "ExecStream", "Files"]
 
@@ -223,6 +223,8 @@ class Sandbox:
                cpu_millis: int = 0, memory_bytes: int = 0,
                max_runtime_s: Optional[float] = None, mount_path: str = "",
                workspace_size: str = "", storage_class: str = "",
+               egress: Union[Egress, str, None] = None, allow_domains: Sequence[str] = (),
+               allow_cidrs: Sequence[str] = (),
                client: Optional[Client] = None, address: Optional[str] = None,
                tls: Union[TLS, bool, None] = None,
                timeout: Optional[float] = None) -> "Sandbox":
@@ -231,7 +233,25 @@ class Sandbox:
         It starts asynchronously (status STARTING): exec() waits for it on the server; call
         wait_ready() to wait here. session_id defaults to a fresh UUID (a new session);
         zero and empty arguments take the server's defaults (docs/api.md). Without a client,
-        one is made for address and tls (see Client) and closed with the sandbox."""
+        one is made for address and tls (see Client) and closed with the sandbox.
+
+        egress is an Egress or its name ("none", "allowlist", "open"); None: the node's
+        default, or "allowlist" when allow_domains or allow_cidrs are given (the only mode
+        that takes them). allow_domains are names ("pypi.org") or one leading wildcard label
+        ("*.pythonhosted.org"); allow_cidrs IPv4 or IPv6 CIDRs or addresses. The server
+        refuses a malformed entry with InvalidArgumentError naming it (docs/api.md,
+        "Network"); describe().network says the policy in force."""
+        for name, v in (("allow_domains", allow_domains), ("allow_cidrs", allow_cidrs)):
+            if isinstance(v, (str, bytes)):
+                raise InvalidArgumentError(f"{name} must be a sequence of strings, not one "
+                                           "string")
+        if egress is None:
+            mode = Egress.ALLOWLIST if allow_domains or allow_cidrs else Egress.UNSPECIFIED
+        else:
+            try:
+                mode = Egress.parse(egress)
+            except ValueError as e:
+                raise InvalidArgumentError(str(e)) from None
         own = client is None
         c = client or Client(address, tls=tls)
         try:
@@ -244,6 +264,9 @@ class Sandbox:
             req.workspace.mount_path = mount_path
             req.workspace.size = workspace_size
             req.workspace.storage_class = storage_class
+            req.network.egress = mode
+            req.network.allow_domains.extend(allow_domains)
+            req.network.allow_cidrs.extend(allow_cidrs)
             resp = c.call("CreateSandbox", req,
                           timeout if timeout is not None else c.timeouts.create)
         except BaseException:
@@ -269,7 +292,7 @@ class Sandbox:
         return sb
 
     def describe(self, *, timeout: Optional[float] = None) -> SandboxInfo:
-        """The sandbox's status, age and cumulative usage."""
+        """The sandbox's status, age, cumulative usage and network policy in force."""
         resp = self.client.call("DescribeSandbox",
                                 compute_pb2.DescribeSandboxRequest(sandbox_id=self.id),
                                 timeout if timeout is not None else self.client.timeouts.describe)

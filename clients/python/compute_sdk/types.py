@@ -4,12 +4,12 @@ from __future__ import annotations
 import datetime
 import enum
 from dataclasses import dataclass, field
-from typing import Iterator, List, Literal, Optional
+from typing import Iterator, List, Literal, Optional, Tuple, Union
 
 from ._proto import compute_pb2
 
-__all__ = ["SandboxStatus", "Usage", "SandboxInfo", "ExecOutput", "ExecCompletion",
-           "ExecResult", "FileEntry", "FileListing"]
+__all__ = ["SandboxStatus", "Egress", "Network", "Usage", "SandboxInfo", "ExecOutput",
+           "ExecCompletion", "ExecResult", "FileEntry", "FileListing"]
 
 
 class SandboxStatus(enum.IntEnum):
@@ -27,6 +27,33 @@ class SandboxStatus(enum.IntEnum):
             return cls(value)
         except ValueError:
             return cls.UNSPECIFIED
+
+
+class Egress(enum.IntEnum):
+    """compute.v1.EgressMode: what a sandbox may reach outside its node (docs/api.md,
+    "Network"). UNSPECIFIED in a request is the node's default; answers never give it."""
+    UNSPECIFIED = compute_pb2.EGRESS_MODE_UNSPECIFIED
+    NONE = compute_pb2.EGRESS_MODE_NONE  # loopback only
+    ALLOWLIST = compute_pb2.EGRESS_MODE_ALLOWLIST  # allow_domains and allow_cidrs only
+    OPEN = compute_pb2.EGRESS_MODE_OPEN  # anything but the always-denied ranges
+
+    @classmethod
+    def of(cls, value: int) -> "Egress":
+        """The member for a wire value; UNSPECIFIED for one this SDK does not know yet."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNSPECIFIED
+
+    @classmethod
+    def parse(cls, value: Union["Egress", str]) -> "Egress":
+        """An Egress, or its name ("none", "allowlist", "open", any case). ValueError for
+        anything else."""
+        if isinstance(value, Egress):
+            return value
+        if isinstance(value, str) and value.upper() in ("NONE", "ALLOWLIST", "OPEN"):
+            return cls[value.upper()]
+        raise ValueError(f"egress {value!r} is not one of none, allowlist, open")
 
 
 def _seconds(duration) -> float:
@@ -61,6 +88,21 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Network:
+    """compute.v1.NetworkSpec as an answer gives it: the policy in force, the node's default
+    applied (egress is never UNSPECIFIED from a server that knows policies), names lower case
+    and without duplicates."""
+    egress: Egress = Egress.UNSPECIFIED
+    allow_domains: Tuple[str, ...] = ()
+    allow_cidrs: Tuple[str, ...] = ()
+
+    @classmethod
+    def from_proto(cls, m) -> "Network":
+        return cls(egress=Egress.of(m.egress), allow_domains=tuple(m.allow_domains),
+                   allow_cidrs=tuple(m.allow_cidrs))
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """What DescribeSandbox says of a sandbox."""
     sandbox_id: str
@@ -68,12 +110,14 @@ class SandboxInfo:
     created_at: Optional[datetime.datetime]
     uptime_s: float
     usage: Usage
+    network: Network = field(default_factory=Network)
 
     @classmethod
     def from_proto(cls, m) -> "SandboxInfo":
         return cls(sandbox_id=m.sandbox_id, status=SandboxStatus.of(m.status),
                    created_at=_time(m.created_at), uptime_s=_seconds(m.current_uptime),
-                   usage=Usage.from_proto(m.current_usage))
+                   usage=Usage.from_proto(m.current_usage),
+                   network=Network.from_proto(m.network))
 
 
 @dataclass(frozen=True)

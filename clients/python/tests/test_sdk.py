@@ -22,8 +22,8 @@ from frontend_fixture import FrontendProcess
 import testmain
 
 import compute_sdk
-from compute_sdk import (Client, ComputeError, DeadlineExceededError, ExecCompletion,
-                         ExecOutput, FailedPreconditionError, InvalidArgumentError,
+from compute_sdk import (Client, ComputeError, DeadlineExceededError, Egress, ExecCompletion,
+                         ExecOutput, FailedPreconditionError, InvalidArgumentError, Network,
                          NotFoundError, OutputLimitError, Sandbox, SandboxStatus, Timeouts)
 
 BUILD_DIR = sys.argv[1]
@@ -251,6 +251,31 @@ class SdkTest(unittest.TestCase):
         self.assertFalse(self.sb.files.exists(f"{d}/nope"))
         self.assertEqual(self.sb.files.write(f"{d}/empty", b""), 0)
         self.assertEqual(self.sb.files.read(f"{d}/empty"), b"")
+
+    # --- the network policy (docs/api.md, "Network") ---
+
+    def test_network_policy_echo_and_checks(self):
+        """The policy in force is echoed (the node's default, none, for a sandbox that asked
+        for nothing); a malformed entry is refused by the server, naming it; the SDK's own
+        checks refuse what it cannot send."""
+        self.assertEqual(self.sb.describe().network, Network(Egress.NONE))
+        with Sandbox.create(tenant(), client=self.client, egress="none") as sb:
+            self.assertEqual(sb.describe().network, Network(Egress.NONE))
+        for kw, says in ((dict(allow_domains=["pypi.org", "*.*.x"]),
+                          "network.allow_domains[1] '*.*.x'"),
+                         (dict(egress=Egress.ALLOWLIST, allow_cidrs=["10.0.0.1/8"]),
+                          "network.allow_cidrs[0] '10.0.0.1/8': host bits set"),
+                         (dict(egress="open", allow_cidrs=["192.0.2.0/24"]), "egress is open")):
+            with self.assertRaises(InvalidArgumentError, msg=str(kw)) as cm:
+                Sandbox.create(tenant(), client=self.client, **kw)
+            self.assertIn(says, cm.exception.details)
+            self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        with self.assertRaises(InvalidArgumentError):
+            Sandbox.create(tenant(), client=self.client, egress="closed")
+        with self.assertRaises(InvalidArgumentError):
+            Sandbox.create(tenant(), client=self.client, allow_domains="pypi.org")
+        self.assertEqual(Egress.parse("AllowList"), Egress.ALLOWLIST)
+        self.assertEqual(Egress.of(99), Egress.UNSPECIFIED)
 
     # --- errors and deadlines ---
 
