@@ -201,7 +201,7 @@ int nl_netns_create(const char *path, cs_error **err)
         fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
         if (fd < 0) {
                 close(home);
-                return cs_error_errno(err, errno, "cannot create %s", path);
+                return cs_error_errno(err, errno, "cannot create the network namespace's file");
         }
         close(fd);
         if (unshare(CLONE_NEWNET) < 0) {
@@ -226,9 +226,9 @@ int nl_netns_create(const char *path, cs_error **err)
 int nl_netns_remove(const char *path, cs_error **err)
 {
         if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
-                return cs_error_errno(err, errno, "cannot unmount %s", path);
+                return cs_error_errno(err, errno, "cannot unmount the network namespace's file");
         if (unlink(path) < 0 && errno != ENOENT)
-                return cs_error_errno(err, errno, "cannot remove %s", path);
+                return cs_error_errno(err, errno, "cannot remove the network namespace's file");
         return 0;
 }
 
