@@ -421,8 +421,10 @@ class HttpHandler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        # Counted before it is written: once the client has it, the count has it too (a test
+        # that reads /stats right after a response must never see it short).
         self.count(sent=len(body))
+        self.wfile.write(body)
 
     def read_body(self, keep=False):
         """Reads the request body (Content-Length or chunked); returns (size, bytes if keep)."""
@@ -484,9 +486,9 @@ class HttpHandler(http.server.BaseHTTPRequestHandler):
             left = n
             while left:
                 chunk = block[:min(left, len(block))]
+                self.count(sent=len(chunk))  # before the write, as in reply()
                 self.wfile.write(chunk)
                 left -= len(chunk)
-                self.count(sent=len(chunk))
         elif path == "/stats":
             self.reply(200, json.dumps(st.http_stats()), "application/json")
         elif path == "/dns/stats":

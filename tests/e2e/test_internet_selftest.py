@@ -358,7 +358,11 @@ class GuardTest(unittest.TestCase):
             run("ip", "netns", "add", sink)
             run("ip", "link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", sink)
             run("ip", "netns", "exec", sink, "ip", "link", "set", "eth0", "up")
-            run("ip", "link", "set", dev, "up")
+            # Nothing of the kernel's own on the device either: no IPv6 (router solicitations,
+            # MLD reports, sent at some point after the link comes up) and no multicast.
+            with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
+                f.write("1")
+            run("ip", "link", "set", dev, "multicast", "off", "up")
             # Static neighbours: nothing but our UDP packets counts in tx_packets.
             for a in (guarded, other):
                 run("ip", "neigh", "replace", a, "lladdr", "02:00:00:00:00:01", "dev", dev,
