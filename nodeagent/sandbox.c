@@ -552,8 +552,6 @@ static sandbox *existing_locked(sb_registry *reg, const sb_spec *spec, cs_error 
         return NULL;
 }
 
-/* Under the lock: a new STARTING sandbox for a validated spec, listed at once (so a
- * concurrent create for the same session finds it) and referenced for its starter. */
 /* The lowest slot of the sandbox subnet no sandbox holds (its network up, or coming up or
  * down). None left: the start fails (na_net_up refuses a slot past the pool). */
 static void net_slot_take_locked(sb_registry *reg, sandbox *sb)
@@ -593,6 +591,8 @@ void sandbox_net_down(sb_registry *reg, sandbox *sb)
         pthread_mutex_unlock(&reg->lock);
 }
 
+/* Under the lock: a new STARTING sandbox for a validated spec, listed at once (so a
+ * concurrent create for the same session finds it) and referenced for its starter. */
 sandbox *sandbox_new_locked(sb_registry *reg, const sb_spec *spec)
 {
         sandbox *sb = cs_xcalloc(1, sizeof(*sb));
