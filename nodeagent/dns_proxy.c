@@ -199,12 +199,23 @@ static int ep_set(dns_proxy *p, int op, handle *h, uint32_t events)
         return epoll_ctl(p->epfd, op, h->fd, &ev);
 }
 
-/* Closes h's fd (which takes it out of epoll) and frees its object after the batch. */
+/* Takes h's fd out of epoll and closes it. The removal is explicit: a close takes an fd out
+ * of epoll only when no other descriptor refers to the same open file, and a process the
+ * agent is starting holds a copy of every descriptor until its exec (proc.c closes them in
+ * the child): an event for a freed handle came back then (ASan, e2e.network's DNS flood). */
+static void handle_unwatch(dns_proxy *p, handle *h)
+{
+        if (h->fd >= 0) {
+                epoll_ctl(p->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+                close(h->fd);
+        }
+        h->fd = -1;
+}
+
+/* Unwatches h and frees its object after the batch. */
 static void handle_bury(dns_proxy *p, handle *h)
 {
-        if (h->fd >= 0)
-                close(h->fd);
-        h->fd = -1;
+        handle_unwatch(p, h);
         h->dead = true;
         h->next_dead = p->dead;
         p->dead = h;
@@ -410,10 +421,7 @@ static int upstream_open(dns_proxy *p, dns_query *qr)
  * the query fails. */
 static void query_attempt(dns_proxy *p, dns_query *qr, int64_t now)
 {
-        if (qr->h.fd >= 0) {
-                close(qr->h.fd);
-                qr->h.fd = -1;
-        }
+        handle_unwatch(p, &qr->h);
         while (qr->attempts < p->n_upstreams) {
                 qr->attempts++;
                 if (upstream_open(p, qr) == 0) {
@@ -907,6 +915,8 @@ static void sandbox_destroy(dns_proxy *p, dns_sandbox *sb)
                 conn_close(p, container_of(sb->conns.next, dns_conn, sb_link));
         graveyard_free(p);
         dlink_remove(&sb->link);
+        handle_unwatch(p, &sb->udp);
+        handle_unwatch(p, &sb->listen);
         sandbox_free(sb);
 }
 
