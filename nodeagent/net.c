@@ -310,31 +310,29 @@ static int sandbox_rules_locked(na_net *n, const na_net_sandbox *s, cs_error **e
  * must not keep the rest. */
 static void sandbox_rules_remove_locked(na_net *n, const char *id)
 {
+        static const char *const maps[] = { "out_map", "in_map", "local_map", "ifaces" };
+        /* What sandbox_rules_locked makes, by kind and name suffix. */
+        static const struct {
+                const char *kind, *suffix;
+        } objs[] = { { "chain", "out" },  { "chain", "in" },   { "chain", "local" },
+                     { "set", "cidr4" },  { "set", "priv4" },  { "set", "dns4" },
+                     { "counter", "tx" }, { "counter", "rx" }, { "counter", "drop" } };
         char o[34], ifn[16];
-        const char *t = n->table;
-        char *c[13];
-        size_t k = 0;
 
         obj_name(id, o);
         host_if_name(id, ifn);
-        c[k++] = cs_xasprintf("delete element inet %s out_map { \"%s\" }", t, ifn);
-        c[k++] = cs_xasprintf("delete element inet %s in_map { \"%s\" }", t, ifn);
-        c[k++] = cs_xasprintf("delete element inet %s local_map { \"%s\" }", t, ifn);
-        c[k++] = cs_xasprintf("delete element inet %s ifaces { \"%s\" }", t, ifn);
-        c[k++] = cs_xasprintf("delete chain inet %s %s_out", t, o);
-        c[k++] = cs_xasprintf("delete chain inet %s %s_in", t, o);
-        c[k++] = cs_xasprintf("delete chain inet %s %s_local", t, o);
-        c[k++] = cs_xasprintf("delete set inet %s %s_cidr4", t, o);
-        c[k++] = cs_xasprintf("delete set inet %s %s_priv4", t, o);
-        c[k++] = cs_xasprintf("delete set inet %s %s_dns4", t, o);
-        c[k++] = cs_xasprintf("delete counter inet %s %s_tx", t, o);
-        c[k++] = cs_xasprintf("delete counter inet %s %s_rx", t, o);
-        c[k++] = cs_xasprintf("delete counter inet %s %s_drop", t, o);
-        for (size_t i = 0; i < k; i++) {
+        for (size_t i = 0; i < ARRAY_SIZE(maps) + ARRAY_SIZE(objs); i++) {
+                _cleanup_free_ char *c =
+                        i < ARRAY_SIZE(maps)
+                                ? cs_xasprintf("delete element inet %s %s { \"%s\" }", n->table,
+                                               maps[i], ifn)
+                                : cs_xasprintf("delete %s inet %s %s_%s",
+                                               objs[i - ARRAY_SIZE(maps)].kind, n->table, o,
+                                               objs[i - ARRAY_SIZE(maps)].suffix);
                 cs_error *ignored = NULL;
-                nft_batch(n->nft, c[i], NULL, &ignored);
+
+                nft_batch(n->nft, c, NULL, &ignored);
                 cs_error_free(ignored);
-                free(c[i]);
         }
 }
 
