@@ -426,9 +426,23 @@ class HttpHandler(http.server.BaseHTTPRequestHandler):
         self.count(sent=len(body))
         self.wfile.write(body)
 
+    def read_exactly(self, left, kept):
+        """Reads left bytes of the body, counting them as they come (kept: a list to append
+        them to, or None); returns how many."""
+        n = left
+        while left:
+            chunk = self.rfile.read(min(left, 1 << 20))
+            if not chunk:
+                raise ConnectionError("body cut short")
+            left -= len(chunk)
+            self.count(received=len(chunk))
+            if kept is not None:
+                kept.append(chunk)
+        return n
+
     def read_body(self, keep=False):
         """Reads the request body (Content-Length or chunked); returns (size, bytes if keep)."""
-        kept, size = [], 0
+        kept, size = ([] if keep else None), 0
         te = self.headers.get("Transfer-Encoding", "").lower()
         if "chunked" in te:
             while True:
@@ -440,29 +454,11 @@ class HttpHandler(http.server.BaseHTTPRequestHandler):
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     break
-                left = n
-                while left:
-                    chunk = self.rfile.read(min(left, 1 << 20))
-                    if not chunk:
-                        raise ConnectionError("body cut short")
-                    left -= len(chunk)
-                    size += len(chunk)
-                    self.count(received=len(chunk))
-                    if keep:
-                        kept.append(chunk)
+                size += self.read_exactly(n, kept)
                 self.rfile.readline(8)  # the CRLF after the chunk
         else:
-            left = int(self.headers.get("Content-Length") or 0)
-            while left:
-                chunk = self.rfile.read(min(left, 1 << 20))
-                if not chunk:
-                    raise ConnectionError("body cut short")
-                left -= len(chunk)
-                size += len(chunk)
-                self.count(received=len(chunk))
-                if keep:
-                    kept.append(chunk)
-        return size, b"".join(kept)
+            size = self.read_exactly(int(self.headers.get("Content-Length") or 0), kept)
+        return size, b"".join(kept or [])
 
     def do_GET(self):
         self.count(requests=1)

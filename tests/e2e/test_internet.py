@@ -140,7 +140,7 @@ def default_route_devs():
 
 def dns_query(name, qtype="A", server=DNS_ADDR, port=53, tcp=False, timeout=5, edns=None,
               qid=None):
-    """One DNS query (a stub, no recursion asked) to server over UDP or TCP; the reply as
+    """One DNS query (recursion not desired: RD clear) to server over UDP or TCP; the reply as
     internet_servers.parse_message gives it: rcode ("NOERROR", "NXDOMAIN"...), aa, tc,
     answers [(name, type, ttl, value)], authority, additional."""
     qid = qid if qid is not None else int.from_bytes(os.urandom(2), "big")
