@@ -1377,6 +1377,61 @@ static void test_caps(void **state)
         close(fd);
 }
 
+/* A socket the proxy closed while another descriptor still refers to it (a process the agent
+ * is starting holds a copy of every descriptor until its exec): the close leaves it in epoll
+ * unless the proxy takes it out first, and its next event then names a freed handle (a
+ * use-after-free under ASan). Here the copies are the test's own dups, taken while the
+ * proxy's end of a TCP connection is open; the proxy closes it (idle), and the client sends
+ * another query into the still-open socket. */
+static void test_closed_socket_with_a_copy(void **state)
+{
+        dns_proxy_limits lim = { .tcp_idle_ms = 200 };
+        struct sockaddr_in at = sin_of("127.0.0.10", free_port("127.0.0.10"));
+        bool before[1024] = { false };
+        int copies[1024], n_copies = 0, c;
+        dns_proxy *p = NULL;
+        cs_error *err = NULL;
+        uint8_t *wire, byte;
+        ssize_t got;
+        size_t len;
+        ldns_pkt *r;
+
+        (void)state;
+        assert_int_equal(dns_proxy_new(&E.up->addr, 1, &lim, record_allow, &alog, &p, &err), 0);
+        sandbox_add(p, "copy", &at, &E.allow);
+        for (int fd = 0; fd < 1024; fd++)
+                before[fd] = fcntl(fd, F_GETFD) >= 0;
+        c = tcp_connect(&at);
+        wire = query_wire("allowed.test", LDNS_RR_TYPE_A, 0, 7, &len);
+        tcp_send_msg(c, wire, len);
+        r = tcp_read_msg(c);
+        assert_non_null(r);
+        ldns_pkt_free(r);
+        /* The proxy's end of c is among the descriptors opened since (the client's own and
+         * any upstream socket are copied too: harmless). */
+        for (int fd = 0; fd < 1024; fd++)
+                if (!before[fd] && fd != c && fcntl(fd, F_GETFD) >= 0)
+                        copies[n_copies++] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        assert_true(n_copies >= 1);
+        sleep_ms(600); /* idle: the proxy closes its end, which the copies keep open */
+        tcp_send_msg(c, wire, len);
+        sleep_ms(300); /* the event, if the socket is still watched */
+        for (int i = 0; i < n_copies; i++)
+                close(copies[i]);
+        /* The connection ends without an answer to the query sent after the close (reset:
+         * the socket was closed with that query unread), and the proxy still serves. */
+        got = read(c, &byte, 1);
+        if (got != 0 && !(got < 0 && errno == ECONNRESET))
+                fail_msg("after the close: read %zd (%s)", got, got < 0 ? strerror(errno) : "data");
+        close(c);
+        r = ask(&at, true, "allowed.test", LDNS_RR_TYPE_A, 0);
+        assert_non_null(r);
+        assert_int_equal(ldns_pkt_get_rcode(r), LDNS_RCODE_NOERROR);
+        ldns_pkt_free(r);
+        free(wire);
+        dns_proxy_free(p);
+}
+
 static void test_callback_failure_servfail(void **state)
 {
         ldns_pkt *r;
@@ -1715,6 +1770,7 @@ int main(void)
                 cmocka_unit_test_setup(test_remove_with_queries_in_flight, test_setup),
                 cmocka_unit_test_setup(test_timeouts_next_upstream, test_setup),
                 cmocka_unit_test_setup(test_caps, test_setup),
+                cmocka_unit_test_setup(test_closed_socket_with_a_copy, test_setup),
                 cmocka_unit_test_setup(test_callback_failure_servfail, test_setup),
                 cmocka_unit_test_setup(test_add_errors, test_setup),
                 cmocka_unit_test(test_new_errors),
