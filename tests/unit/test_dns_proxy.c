@@ -1388,7 +1388,7 @@ static void test_closed_socket_with_a_copy(void **state)
         dns_proxy_limits lim = { .tcp_idle_ms = 200 };
         struct sockaddr_in at = sin_of("127.0.0.10", free_port("127.0.0.10"));
         bool before[1024] = { false };
-        int copies[1024], n_copies = 0, c;
+        int originals[1024], copies[1024], n_copies = 0, c;
         dns_proxy *p = NULL;
         cs_error *err = NULL;
         uint8_t *wire, byte;
@@ -1410,10 +1410,20 @@ static void test_closed_socket_with_a_copy(void **state)
         /* The proxy's end of c is among the descriptors opened since (the client's own and
          * any upstream socket are copied too: harmless). */
         for (int fd = 0; fd < 1024; fd++)
-                if (!before[fd] && fd != c && fcntl(fd, F_GETFD) >= 0)
+                if (!before[fd] && fd != c && fcntl(fd, F_GETFD) >= 0) {
+                        originals[n_copies] = fd;
                         copies[n_copies++] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+                }
         assert_true(n_copies >= 1);
-        sleep_ms(600); /* idle: the proxy closes its end, which the copies keep open */
+        /* Idle: the proxy closes its end (its descriptor goes; the copies keep the socket). */
+        for (int64_t end = now_ms() + 10000; now_ms() < end; sleep_ms(50)) {
+                int open = 0;
+
+                for (int i = 0; i < n_copies; i++)
+                        open += fcntl(originals[i], F_GETFD) >= 0;
+                if (open == 0)
+                        break;
+        }
         tcp_send_msg(c, wire, len);
         sleep_ms(300); /* the event, if the socket is still watched */
         for (int i = 0; i < n_copies; i++)
