@@ -305,6 +305,15 @@ static int sandbox_rules_locked(na_net *n, const na_net_sandbox *s, cs_error **e
         return 0;
 }
 
+/* Runs one command whose failure (an object already gone) does not matter. */
+static void nft_try(na_net *n, const char *c)
+{
+        cs_error *ignored = NULL;
+
+        nft_batch(n->nft, c, NULL, &ignored);
+        cs_error_free(ignored);
+}
+
 /* Removes one sandbox's objects: its map entries first (its link's packets then meet the
  * base chains' drop), then chains, sets and counters. A command each: a part already gone
  * must not keep the rest. */
@@ -321,18 +330,15 @@ static void sandbox_rules_remove_locked(na_net *n, const char *id)
 
         obj_name(id, o);
         host_if_name(id, ifn);
-        for (size_t i = 0; i < ARRAY_SIZE(maps) + ARRAY_SIZE(objs); i++) {
-                _cleanup_free_ char *c =
-                        i < ARRAY_SIZE(maps)
-                                ? cs_xasprintf("delete element inet %s %s { \"%s\" }", n->table,
-                                               maps[i], ifn)
-                                : cs_xasprintf("delete %s inet %s %s_%s",
-                                               objs[i - ARRAY_SIZE(maps)].kind, n->table, o,
-                                               objs[i - ARRAY_SIZE(maps)].suffix);
-                cs_error *ignored = NULL;
-
-                nft_batch(n->nft, c, NULL, &ignored);
-                cs_error_free(ignored);
+        for (size_t i = 0; i < ARRAY_SIZE(maps); i++) {
+                _cleanup_free_ char *c = cs_xasprintf("delete element inet %s %s { \"%s\" }",
+                                                      n->table, maps[i], ifn);
+                nft_try(n, c);
+        }
+        for (size_t i = 0; i < ARRAY_SIZE(objs); i++) {
+                _cleanup_free_ char *c = cs_xasprintf("delete %s inet %s %s_%s", objs[i].kind,
+                                                      n->table, o, objs[i].suffix);
+                nft_try(n, c);
         }
 }
 
