@@ -428,8 +428,7 @@ class HttpHandler(http.server.BaseHTTPRequestHandler):
 
     def read_exactly(self, left, kept):
         """Reads left bytes of the body, counting them as they come (kept: a list to append
-        them to, or None); returns how many."""
-        n = left
+        them to, or None)."""
         while left:
             chunk = self.rfile.read(min(left, 1 << 20))
             if not chunk:
@@ -438,7 +437,6 @@ class HttpHandler(http.server.BaseHTTPRequestHandler):
             self.count(received=len(chunk))
             if kept is not None:
                 kept.append(chunk)
-        return n
 
     def read_body(self, keep=False):
         """Reads the request body (Content-Length or chunked); returns (size, bytes if keep)."""
@@ -454,10 +452,12 @@ class HttpHandler(http.server.BaseHTTPRequestHandler):
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     break
-                size += self.read_exactly(n, kept)
+                self.read_exactly(n, kept)
+                size += n
                 self.rfile.readline(8)  # the CRLF after the chunk
         else:
-            size = self.read_exactly(int(self.headers.get("Content-Length") or 0), kept)
+            size = int(self.headers.get("Content-Length") or 0)
+            self.read_exactly(size, kept)
         return size, b"".join(kept or [])
 
     def do_GET(self):

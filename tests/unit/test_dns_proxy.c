@@ -1383,12 +1383,14 @@ static void test_caps(void **state)
  * use-after-free under ASan). Here the copies are the test's own dups, taken while the
  * proxy's end of a TCP connection is open; the proxy closes it (idle), and the client sends
  * another query into the still-open socket. */
+#define FDS_SCANNED 1024 /* descriptors below it: the test's, the proxy's and the fakes' */
+
 static void test_closed_socket_with_a_copy(void **state)
 {
         dns_proxy_limits lim = { .tcp_idle_ms = 200 };
         struct sockaddr_in at = sin_of("127.0.0.10", free_port("127.0.0.10"));
-        bool before[1024] = { false };
-        int originals[1024], copies[1024], n_copies = 0, c;
+        bool before[FDS_SCANNED] = { false };
+        int originals[FDS_SCANNED], copies[FDS_SCANNED], n_copies = 0, c;
         dns_proxy *p = NULL;
         cs_error *err = NULL;
         uint8_t *wire, byte;
@@ -1399,7 +1401,7 @@ static void test_closed_socket_with_a_copy(void **state)
         (void)state;
         assert_int_equal(dns_proxy_new(&E.up->addr, 1, &lim, record_allow, &alog, &p, &err), 0);
         sandbox_add(p, "copy", &at, &E.allow);
-        for (int fd = 0; fd < 1024; fd++)
+        for (int fd = 0; fd < FDS_SCANNED; fd++)
                 before[fd] = fcntl(fd, F_GETFD) >= 0;
         c = tcp_connect(&at);
         wire = query_wire("allowed.test", LDNS_RR_TYPE_A, 0, 7, &len);
@@ -1409,19 +1411,20 @@ static void test_closed_socket_with_a_copy(void **state)
         ldns_pkt_free(r);
         /* The proxy's end of c is among the descriptors opened since (the client's own and
          * any upstream socket are copied too: harmless). */
-        for (int fd = 0; fd < 1024; fd++)
+        for (int fd = 0; fd < FDS_SCANNED; fd++)
                 if (!before[fd] && fd != c && fcntl(fd, F_GETFD) >= 0) {
                         originals[n_copies] = fd;
-                        copies[n_copies++] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+                        copies[n_copies] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+                        assert_true(copies[n_copies++] >= 0);
                 }
         assert_true(n_copies >= 1);
         /* Idle: the proxy closes its end (its descriptor goes; the copies keep the socket). */
         for (int64_t end = now_ms() + 10000; now_ms() < end; sleep_ms(50)) {
-                int open = 0;
+                int still_open = 0;
 
                 for (int i = 0; i < n_copies; i++)
-                        open += fcntl(originals[i], F_GETFD) >= 0;
-                if (open == 0)
+                        still_open += fcntl(originals[i], F_GETFD) >= 0;
+                if (still_open == 0)
                         break;
         }
         tcp_send_msg(c, wire, len);
