@@ -260,3 +260,39 @@ void na_metrics_write_pool(cs_mpage *p, sb_registry *reg)
                         "Time a claim takes in the agent (usage rebase and record included).");
         cs_mpage_histogram(p, "compute_warm_pool_claim_seconds", NULL, st.claim_seconds);
 }
+
+void na_metrics_write_dns(cs_mpage *p, na_net *net)
+{
+        dns_proxy_stats st;
+        const char *refused[] = { "result", "refused", NULL },
+                   *dropped[] = { "result", "dropped", NULL },
+                   *servfail[] = { "result", "servfail", NULL };
+        const char *timeout[] = { "reason", "timeout", NULL },
+                   *bad[] = { "reason", "bad_reply", NULL };
+
+        if (!net)
+                return;
+        na_net_dns_stats(net, &st);
+        cs_mpage_family(p, "compute_dns_queries_total", "counter",
+                        "DNS queries the agent's resolver read from sandboxes.");
+        cs_mpage_sample_u64(p, "compute_dns_queries_total", NULL, st.queries);
+        cs_mpage_family(p, "compute_dns_replies_by_agent_total", "counter",
+                        "Queries the resolver settled itself: refused (REFUSED, NOTIMP, FORMERR: "
+                        "a name the policy does not allow, a malformed query), dropped "
+                        "(unanswered: no DNS header, over the size cap or the sandbox's rate), "
+                        "servfail (no upstream answered, or a cap on queries in flight).");
+        cs_mpage_sample_u64(p, "compute_dns_replies_by_agent_total", refused, st.refused);
+        cs_mpage_sample_u64(p, "compute_dns_replies_by_agent_total", dropped, st.dropped);
+        cs_mpage_sample_u64(p, "compute_dns_replies_by_agent_total", servfail, st.servfail);
+        cs_mpage_family(p, "compute_dns_upstream_queries_total", "counter",
+                        "Attempts the resolver sent to an upstream resolver (--upstream-dns).");
+        cs_mpage_sample_u64(p, "compute_dns_upstream_queries_total", NULL, st.forwarded);
+        cs_mpage_family(p, "compute_dns_upstream_errors_total", "counter",
+                        "Upstream attempts that failed: timeout, or bad_reply (a reply that "
+                        "failed the checks, ignored).");
+        cs_mpage_sample_u64(p, "compute_dns_upstream_errors_total", timeout, st.upstream_timeouts);
+        cs_mpage_sample_u64(p, "compute_dns_upstream_errors_total", bad, st.upstream_bad);
+        cs_mpage_family(p, "compute_dns_tcp_refused_total", "counter",
+                        "TCP connections to the resolver closed at once: over a sandbox's cap.");
+        cs_mpage_sample_u64(p, "compute_dns_tcp_refused_total", NULL, st.tcp_refused);
+}

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "metrics.h"
+#include "net.h"
 #include "sandbox.h"
 #include "source.h"
 
@@ -34,3 +35,5 @@ void na_metrics_file_bytes(bool write, uint64_t bytes);
 void na_metrics_write(cs_mpage *p, source *src);
 /* The warm pool's families (local mode with --warm-pool > 0; nothing otherwise). */
 void na_metrics_write_pool(cs_mpage *p, sb_registry *reg);
+/* The sandboxes' resolver's families (with a sandbox network; nothing when net is NULL). */
+void na_metrics_write_dns(cs_mpage *p, na_net *net);

@@ -295,6 +295,7 @@ static void agent_metrics(cs_mpage *p, void *userdata)
 
         na_metrics_write(p, a->src);
         na_metrics_write_pool(p, a->reg);
+        na_metrics_write_dns(p, a->net);
 }
 
 /* Kube mode: the finder of the pods' containers under the kubelet's runsc root. */

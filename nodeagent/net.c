@@ -493,6 +493,11 @@ int na_net_open(const na_net_config *cfg, na_net **ret, cs_error **err)
         return 0;
 }
 
+void na_net_dns_stats(na_net *n, dns_proxy_stats *ret)
+{
+        dns_proxy_get_stats(n->dns, ret);
+}
+
 void na_net_free(na_net *n)
 {
         if (!n)

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dns_proxy.h"
 #include "error.h"
 #include "netpolicy.h"
 
@@ -74,6 +75,8 @@ typedef struct na_net_counters {
         uint64_t rx_bytes, tx_bytes, dropped_packets;
 } na_net_counters;
 int na_net_read(na_net *n, const char *id, na_net_counters *ret, cs_error **err);
+/* The resolver's counters over all sandboxes, since the agent started (for /metrics). */
+void na_net_dns_stats(na_net *n, dns_proxy_stats *ret);
 
 /* `compute-nodeagent cleanup`: the table, if it exists (*ret_removed tells). */
 int na_net_table_remove(const char *table, bool *ret_removed, cs_error **err);

@@ -16,12 +16,13 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.request
 import uuid
 
 import grpc
 
 from agent_client import collect_exec
-from agent_fixture import AgentProcess
+from agent_fixture import AgentProcess, free_port
 import testmain
 from compute_client import Compute
 from frontend_fixture import FrontendProcess
@@ -48,8 +49,10 @@ class NetworkTest(unittest.TestCase):
         cls.net.__enter__()
         try:
             cls.table = f"cstest{os.getpid()}"
+            cls.metrics_port = free_port()
             cls.agent = AgentProcess(BUILD_DIR, *cls.net.agent_args(), "--sandbox-subnet",
-                                     SUBNET, "--nft-table", cls.table)
+                                     SUBNET, "--nft-table", cls.table, "--metrics-listen",
+                                     f"127.0.0.1:{cls.metrics_port}")
             cls.fe = Frontend(cls.agent)
             cls.c = Compute(BUILD_DIR, cls.fe.address)
             cls.tenant = "net-" + uuid.uuid4().hex[:8]
@@ -112,6 +115,19 @@ class NetworkTest(unittest.TestCase):
                                          "print(s.getsockname()[0])'")
         self.assertEqual(code, 0, err)
         return out.strip()
+
+    def metrics(self):
+        """The agent's /metrics as {'name{labels}': value}."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        return {k: float(v) for k, _, v in
+                (line.rpartition(" ") for line in text.splitlines() if line[:1] not in "#")}
+
+    def nft_objects(self):
+        """The agent's table as `nft list` prints it: every object's name, every map entry."""
+        return subprocess.run(["nft", "list", "table", "inet", self.table], capture_output=True,
+                              text=True, check=True).stdout
 
     def resolves(self, sid, name):
         code, out, _, _ = self.sh(sid, f"getent hosts {name}")
@@ -240,6 +256,7 @@ print(sent / 5)
         gw = me.rsplit(".", 1)[0] + "." + str(int(me.rsplit(".", 1)[1]) - 1)
         self.c.write(bad, "flood.py", self.FLOOD.encode())
         rss0 = self.agent_rss()
+        m0 = self.metrics()
         # Two flooders at once: more than 10,000 datagrams a second between them.
         stream = self.c.ExecStream(pb.ExecCommandRequest(
             sandbox_id=bad, command="sh",
@@ -253,6 +270,7 @@ print(sent / 5)
         during = time.monotonic() - t0
         out, _, done, _ = collect_exec(stream)
         rss1 = self.agent_rss()
+        m1 = self.metrics()
         rates = [float(x) for x in out.decode().split()]
         print(f"flood: {sum(rates):.0f} datagrams/s for 5 s from one sandbox (garbage, "
               f"compression loops, queries; 64 KiB TCP messages); the other's "
@@ -262,6 +280,20 @@ print(sent / 5)
         self.assertEqual(ok, 10)
         self.assertLess(rss1 - rss0, 64 << 20)
         self.assertTrue(self.resolves(bad, "allowed.test"))  # it recovers once it stops
+        # /metrics tells the flood: read, dropped by the rate at the agent, not sent upstream.
+        delta = {k: m1.get(k, 0) - m0.get(k, 0) for k in (
+            "compute_dns_queries_total", 'compute_dns_replies_by_agent_total{result="dropped"}',
+            'compute_dns_replies_by_agent_total{result="refused"}',
+            "compute_dns_upstream_queries_total")}
+        print(f"resolver metrics over the flood: {delta}", file=sys.stderr)
+        queries = delta["compute_dns_queries_total"]
+        dropped = delta['compute_dns_replies_by_agent_total{result="dropped"}']
+        self.assertGreater(queries, 5000)
+        # Past its burst (400) and rate (200/s) for ~5 s, the flooder's queries are dropped;
+        # what passed is a few thousand at most, the other sandbox's lookups among them.
+        self.assertGreater(dropped, queries - 3000)
+        self.assertLess(delta["compute_dns_upstream_queries_total"], 3000)
+        self.assertGreater(delta['compute_dns_replies_by_agent_total{result="refused"}'], 0)
 
     def agent_rss(self):
         with open(f"/proc/{self.agent.proc.pid}/status") as f:
@@ -269,6 +301,32 @@ print(sent / 5)
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) << 10
         return 0
+
+    def test_destroy_takes_only_its_own_rules(self):
+        """A destroyed sandbox's chains, sets, counters, map entries and link go; another
+        networked sandbox keeps the table and its own, and its policy still holds."""
+        pb = self.c.pb
+        keep = self.sandbox(pb.EGRESS_MODE_ALLOWLIST, ["allowed.test"])
+        gone = self.sandbox(pb.EGRESS_MODE_OPEN)
+        obj_keep, obj_gone = ("s" + x.replace("-", "") for x in (keep, gone))
+        link_gone = "csb" + gone.replace("-", "")[:12]
+        # A create returns before the sandbox is up; its first exec waits for it.
+        self.assertTrue(self.reaches(keep, "http://allowed.test/hello"))
+        self.assertTrue(self.reaches(gone, f"http://{ti.OTHER_ADDR}/hello"))
+        before = self.nft_objects()
+        self.assertIn(obj_gone + "_out", before)
+        self.assertIn(link_gone, before)
+        self.assertTrue(os.path.exists("/sys/class/net/" + link_gone))
+        self.c.destroy(gone)
+        after = self.nft_objects()
+        for suffix in ("_out", "_in", "_local", "_cidr4", "_priv4", "_dns4", "_tx", "_rx",
+                       "_drop"):
+            self.assertNotIn(obj_gone + suffix, after)
+            self.assertIn(obj_keep + suffix, after)
+        self.assertNotIn(link_gone, after)
+        self.assertFalse(os.path.exists("/sys/class/net/" + link_gone))
+        self.assertTrue(self.reaches(keep, "http://allowed.test/hello"))
+        self.assertFalse(self.reaches(keep, f"http://{ti.OTHER_ADDR}/hello"))
 
     # --- accounting ---
 
