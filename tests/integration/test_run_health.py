@@ -4,7 +4,10 @@ the agent listens on a Unix socket in the state directory (0660, in a 0710 direc
 the frontend's group), not on TCP; COMPUTE_AGENT_LISTEN=host:port still gives TCP. The
 frontend runs as the user compute-frontend with no capabilities. A daemon killed with SIGKILL
 is restarted (logged with its exit status and the delay) and serves again, the unprivileged
-frontend reaching the restarted agent; SIGTERM then leaves nothing.
+frontend reaching the restarted agent; SIGTERM then leaves nothing. SIGHUP to scripts/run
+restarts the node agent alone (the frontend keeps its process), cleanly: a command running
+then finishes within the shutdown grace, and the sandbox, its files and its usage are there
+for the new agent.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
 import grp
@@ -28,6 +31,9 @@ from proc_checks import frontend_reaches_agent, thread_statuses
 import testmain
 
 BUILD_DIR, SOURCE_DIR = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from agent_client import collect_exec  # noqa: E402
+from compute_client import Compute  # noqa: E402
 
 
 def free_port():
@@ -70,9 +76,25 @@ class RunScriptTest(unittest.TestCase):
                                      start_new_session=True)
 
     def tearDown(self):
-        if self.proc.poll() is None:
+        # A test that did not end the service leaves it running, or its supervisors (which
+        # would start the daemons again) when scripts/run itself is gone: the whole session
+        # goes, then what the agent left (sandboxes, mounts, empty cgroups). The nft table
+        # named is one nobody uses: these sandboxes have no network, and another test's agent
+        # may hold the default one.
+        left = self.proc.poll() is None or self.session()
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        deadline = time.monotonic() + 10
+        while left and self.session() and time.monotonic() < deadline:
+            time.sleep(0.1)  # (the agent's lock goes with its process)
+        if left:
+            subprocess.run([os.path.join(BUILD_DIR, "bin", "compute-nodeagent"), "cleanup",
+                            "--state-dir", os.path.join(self.state.name, "state"),
+                            "--nft-table", f"csrunhealth{os.getpid()}", "--delete-data"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.log.close()
         self.state.cleanup()
 
@@ -210,6 +232,51 @@ class RunScriptTest(unittest.TestCase):
         self.assertEqual(self.session(), {}, "processes left behind")
         self.assertFalse(os.path.exists(self.sock))
         self.assertFalse(port_open(self.fport))
+
+    def test_sighup_restarts_the_agent_alone(self):
+        front, agent = f"127.0.0.1:{self.fport}", f"127.0.0.1:{self.aport}"
+        self.assertEqual(self.wait_serving(agent, "nodeagent.v1.NodeAgent"), "SERVING")
+        self.assertEqual(self.wait_serving(front, "compute.v1.ComputeService"), "SERVING")
+        c = Compute(BUILD_DIR, front)
+        sid = c.create("run-hup", "s1").sandbox_id
+        _, _, done, _ = c.exec(sid, "true")  # (waits for the sandbox to be up)
+        self.assertEqual(done.exit_code, 0)
+        c.write(sid, "kept.txt", b"written before the restart")
+        cpu_before = c.describe(sid).current_usage.cpu_ms
+        old_agent, fe = self.daemon_pid("compute-nodeage"), self.daemon_pid("compute-fronten")
+        # A command running when the restart comes finishes within the shutdown grace.
+        stream = c.ExecStream(c.pb.ExecCommandRequest(
+            sandbox_id=sid, command="sh", args=["-c", "sleep 3; echo finished"]), timeout=60)
+        time.sleep(1)
+        self.proc.send_signal(signal.SIGHUP)
+        out, _, done, _ = collect_exec(stream)
+        self.assertEqual((out, done.exit_code), (b"finished\n", 0), self.output())
+        deadline = time.monotonic() + 60
+        while True:
+            agents = [p for p, comm in self.session().items() if comm == "compute-nodeage"]
+            if agents and old_agent not in agents:
+                try:
+                    d = c.describe(sid)
+                    break
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.fail(f"the agent is not back:\n{self.output()}")
+            time.sleep(0.2)
+        out = self.output()
+        self.assertIn("compute-nodeagent stopped (status 0) for a restart (SIGHUP)", out)
+        self.assertNotIn("restarting it in", out)
+        self.assertEqual(self.daemon_pid("compute-fronten"), fe, "the frontend was restarted")
+        self.assertEqual(d.status, c.pb.SANDBOX_STATUS_READY)
+        self.assertGreaterEqual(d.current_usage.cpu_ms, cpu_before)
+        self.assertEqual(c.read(sid, "kept.txt").data, b"written before the restart")
+        out, _, done, _ = c.exec(sid, "cat", "/workspace/kept.txt")
+        self.assertEqual((out, done.exit_code), (b"written before the restart", 0))
+        c.destroy(sid)
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=30), 0, self.output())
+        self.assertEqual(self.session(), {}, "processes left behind")
 
     def test_sigterm(self):
         self.check_serving_then_stop(lambda: self.proc.send_signal(signal.SIGTERM))
