@@ -6,8 +6,8 @@ frontend runs as the user compute-frontend with no capabilities. A daemon killed
 is restarted (logged with its exit status and the delay) and serves again, the unprivileged
 frontend reaching the restarted agent; SIGTERM then leaves nothing. SIGHUP to scripts/run
 restarts the node agent alone (the frontend keeps its process), cleanly: a command running
-then finishes within the shutdown grace, and the sandbox, its files and its usage are there
-for the new agent.
+then finishes within the shutdown grace, one that outlasts it is ended (its client gets
+UNAVAILABLE), and the sandbox, its files and its usage are there for the new agent.
 
 Usage: test_run_health.py BUILD_DIR SOURCE_DIR"""
 import grp
@@ -68,6 +68,8 @@ class RunScriptTest(unittest.TestCase):
                    COMPUTE_BUILD_DIR=BUILD_DIR)
         for name in ("COMPUTE_AGENTS",):
             env.pop(name, None)
+        if self._testMethodName.startswith("test_sighup"):
+            env["COMPUTE_SHUTDOWN_GRACE_MS"] = "5000"  # (the agent's; the frontend's too)
         if self._testMethodName.endswith("_default_link"):
             del env["COMPUTE_AGENT_LISTEN"]  # the default: the Unix socket
         self.log = tempfile.TemporaryFile()
@@ -244,13 +246,23 @@ class RunScriptTest(unittest.TestCase):
         c.write(sid, "kept.txt", b"written before the restart")
         cpu_before = c.describe(sid).current_usage.cpu_ms
         old_agent, fe = self.daemon_pid("compute-nodeage"), self.daemon_pid("compute-fronten")
-        # A command running when the restart comes finishes within the shutdown grace.
+        # A command running when the restart comes finishes within the shutdown grace (5 s);
+        # one still running then is ended, and its client told UNAVAILABLE.
         stream = c.ExecStream(c.pb.ExecCommandRequest(
-            sandbox_id=sid, command="sh", args=["-c", "sleep 3; echo finished"]), timeout=60)
+            sandbox_id=sid, command="sh", args=["-c", "sleep 2; echo finished"]), timeout=60)
+        long = c.ExecStream(c.pb.ExecCommandRequest(
+            sandbox_id=sid, command="sh",
+            args=["-c", "while :; do date +%s%N > /workspace/alive; sleep 0.2; done"]),
+            timeout=120)
         time.sleep(1)
         self.proc.send_signal(signal.SIGHUP)
         out, _, done, _ = collect_exec(stream)
         self.assertEqual((out, done.exit_code), (b"finished\n", 0), self.output())
+        with self.assertRaises(grpc.RpcError) as cm:
+            collect_exec(long)
+        print(f"the long command's client: {cm.exception.code()}: {cm.exception.details()}",
+              file=sys.stderr)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE, cm.exception.details())
         deadline = time.monotonic() + 60
         while True:
             agents = [p for p, comm in self.session().items() if comm == "compute-nodeage"]
@@ -271,6 +283,9 @@ class RunScriptTest(unittest.TestCase):
         self.assertEqual(d.status, c.pb.SANDBOX_STATUS_READY)
         self.assertGreaterEqual(d.current_usage.cpu_ms, cpu_before)
         self.assertEqual(c.read(sid, "kept.txt").data, b"written before the restart")
+        alive = c.read(sid, "alive").data
+        time.sleep(1)
+        self.assertEqual(c.read(sid, "alive").data, alive, "the long command still runs")
         out, _, done, _ = c.exec(sid, "cat", "/workspace/kept.txt")
         self.assertEqual((out, done.exit_code), (b"written before the restart", 0))
         c.destroy(sid)
