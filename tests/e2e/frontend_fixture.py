@@ -1,16 +1,30 @@
 """A real compute-frontend process for the end-to-end tests: started on a free loopback port
 with the arguments a subclass gives (argv_tail), ready once it answers a validation error,
-stopped with SIGTERM; its log, fds and threads for the leak checks."""
+stopped with SIGTERM; its log, fds and threads for the leak checks. And checked_metrics, a
+daemon's /metrics page as the tests read it."""
 import os
 import signal
 import subprocess
 import time
+import urllib.request
 
 import grpc
 
 from agent_client import code_of
 from agent_fixture import free_port
 from compute_client import Compute
+
+
+def checked_metrics(case, port):
+    """A daemon's /metrics page on port as {'name{labels}': value}; the test case fails
+    unless promtool accepts the page."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        page = r.read().decode()
+    check = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
+                           capture_output=True)
+    case.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in page.splitlines() if line and not line.startswith("#")}
 
 
 class FrontendProcess:

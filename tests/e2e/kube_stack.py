@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,18 +44,6 @@ SANDBOX_IMAGE = DEFAULT_IMAGE  # the frontends' --sandbox-image
 
 
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-
-
-def checked_metrics(case, port):
-    """A frontend's /metrics page on port as {'name{labels}': value}; the test case fails
-    unless promtool accepts the page."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        page = r.read().decode()
-    check = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
-                           capture_output=True)
-    case.assertEqual(check.returncode, 0, check.stdout + check.stderr)
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in page.splitlines() if line and not line.startswith("#")}
 
 
 def make_certificates(directory):

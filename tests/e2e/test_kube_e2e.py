@@ -27,7 +27,8 @@ import test_frontend as tf
 from agent_client import code_of
 from agent_fixture import free_port
 from compute_client import Compute
-from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack, checked_metrics
+from frontend_fixture import checked_metrics
+from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
 import testmain
 
 BUILD_DIR = sys.argv[1]

@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agent_fixture import free_port
 from compute_client import Compute
-from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack, checked_metrics
+from frontend_fixture import checked_metrics
+from kube_stack import SANDBOX_IMAGE, SANDBOX_NS, KubeStack
 import testmain
 
 BUILD_DIR = sys.argv[1]

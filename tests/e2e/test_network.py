@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 import unittest
-import urllib.request
 import uuid
 
 import grpc
@@ -25,7 +24,7 @@ from agent_client import collect_exec
 from agent_fixture import AgentProcess, free_port
 import testmain
 from compute_client import Compute
-from frontend_fixture import FrontendProcess
+from frontend_fixture import FrontendProcess, checked_metrics
 import test_internet as ti
 
 BUILD_DIR = sys.argv[1]
@@ -117,12 +116,8 @@ class NetworkTest(unittest.TestCase):
         return out.strip()
 
     def metrics(self):
-        """The agent's /metrics as {'name{labels}': value}."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            text = r.read().decode()
-        return {k: float(v) for k, _, v in
-                (line.rpartition(" ") for line in text.splitlines() if line[:1] not in "#")}
+        """The agent's /metrics as {'name{labels}': value}, promtool-checked."""
+        return checked_metrics(self, self.metrics_port)
 
     def nft_objects(self):
         """The agent's table as `nft list` prints it: every object's name, every map entry."""
