@@ -193,6 +193,26 @@ class RunScriptTest(unittest.TestCase):
         self.assertEqual(len(pids), 1, f"{comm}: {pids}\n{self.output()}")
         return pids[0]
 
+    def serving(self, address, service):
+        try:
+            return self.health.check(address, service) == "SERVING"
+        except grpc.RpcError:
+            return False
+
+    def wait_replaced(self, comm, old, limit_s, ready):
+        """Waits until the session's process comm is another than pid old and ready() returns
+        a true value; returns that value."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            pids = [p for p, c in self.session().items() if c == comm]
+            if pids and old not in pids:
+                got = ready()
+                if got:
+                    return got
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.fail(f"{comm} not back:\n{self.output()}")
+            time.sleep(0.1)
+
     def check_frontend_unprivileged(self):
         """Every thread of the frontend runs as compute-frontend with no capability."""
         uid = pwd.getpwnam("compute-frontend").pw_uid
@@ -211,18 +231,8 @@ class RunScriptTest(unittest.TestCase):
                                         ("compute-fronten", front, "compute.v1.ComputeService")):
             old = self.daemon_pid(comm)
             os.kill(old, signal.SIGKILL)
-            deadline = time.monotonic() + 30
-            while True:  # restarted after 1 s, a new process, serving again
-                pids = [p for p, c in self.session().items() if c == comm]
-                if pids and old not in pids:
-                    try:
-                        if self.health.check(address, service) == "SERVING":
-                            break
-                    except grpc.RpcError:
-                        pass
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.fail(f"{comm} not back:\n{self.output()}")
-                time.sleep(0.1)
+            # Restarted after 1 s, a new process, serving again.
+            self.wait_replaced(comm, old, 30, lambda: self.serving(address, service))
             name = "compute-nodeagent" if comm == "compute-nodeage" else "compute-frontend"
             self.assertIn(f"{name} exited (status 137); restarting it in 1 s", self.output())
             # The unprivileged frontend reaches the restarted agent's new socket.
@@ -263,19 +273,14 @@ class RunScriptTest(unittest.TestCase):
         print(f"the long command's client: {cm.exception.code()}: {cm.exception.details()}",
               file=sys.stderr)
         self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE, cm.exception.details())
-        deadline = time.monotonic() + 60
-        while True:
-            agents = [p for p, comm in self.session().items() if comm == "compute-nodeage"]
-            if agents and old_agent not in agents:
-                try:
-                    d = c.describe(sid)
-                    break
-                except grpc.RpcError as e:
-                    if e.code() != grpc.StatusCode.UNAVAILABLE:
-                        raise
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.fail(f"the agent is not back:\n{self.output()}")
-            time.sleep(0.2)
+        def described():  # None while the frontend's link to the new agent is not back
+            try:
+                return c.describe(sid)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                return None
+        d = self.wait_replaced("compute-nodeage", old_agent, 60, described)
         out = self.output()
         self.assertIn("compute-nodeagent stopped (status 0) for a restart (SIGHUP)", out)
         self.assertNotIn("restarting it in", out)
